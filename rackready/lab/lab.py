@@ -1,0 +1,206 @@
+"""lab.up / lab.down / lab.status / lab.fault / lab.heal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rackready.errors import UserError
+from rackready.lab import config, keys, network, nodes, repo, rootfs
+from rackready.lab import inventory as lab_inventory
+from rackready.lab.config import NodeSpec
+from rackready.lab.shell import ensure_host_packages, require_root
+
+
+@dataclass
+class NodeStatus:
+    name: str
+    ip: str
+    platform: str
+    fabric: str
+    running: bool
+    ssh: bool
+    faults: list[str]
+
+
+def _state_file() -> Path:
+    return config.STATE_DIR / "lab.json"
+
+
+def load_specs() -> list[NodeSpec]:
+    path = _state_file()
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    return [NodeSpec(**n) for n in data["nodes"]]
+
+
+def _save(specs: list[NodeSpec], drives: dict[str, list[str]]) -> None:
+    data = {"nodes": [asdict(s) for s in specs], "drives": drives}
+    _state_file().write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _drives() -> dict[str, list[str]]:
+    path = _state_file()
+    return json.loads(path.read_text()).get("drives", {}) if path.exists() else {}
+
+
+def plan(count: int, profile: str | None) -> list[NodeSpec]:
+    if not 1 <= count <= config.MAX_NODES:
+        raise UserError(f"--nodes must be between 1 and {config.MAX_NODES}, not {count}")
+    if profile is not None:
+        platform = profile.removesuffix("-lab")
+        if platform not in config.PLATFORMS:
+            choices = ", ".join(f"{p}-lab" for p in config.PLATFORMS)
+            raise UserError(f"unknown lab profile '{profile}' (choose from: {choices})")
+    specs = []
+    for i in range(count):
+        default_platform, fabric = config.DEFAULT_PLATFORMS[i % len(config.DEFAULT_PLATFORMS)]
+        platform = profile.removesuffix("-lab") if profile else default_platform
+        specs.append(NodeSpec(config.node_name(i + 1), i + 1, platform, fabric))
+    return specs
+
+
+def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeSpec]:
+    """Boot the lab; nodes already running are left alone (idempotent)."""
+    require_root()
+    specs = plan(count, profile)
+    existing = load_specs()
+    if existing and [s.name for s in existing][: len(specs)] != [s.name for s in specs]:
+        raise UserError("the lab is up with other nodes; run `invoke lab.down` first")
+    if existing and len(existing) > len(specs):
+        raise UserError(
+            f"the lab has {len(existing)} nodes; run `invoke lab.down` to shrink it"
+        )
+    pairs = zip(existing, specs, strict=False)
+    if any((e.platform, e.fabric) != (s.platform, s.fabric) for e, s in pairs):
+        raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
+    installed = ensure_host_packages()
+    if installed:
+        progress(f"installed controller packages: {' '.join(installed)}")
+    config.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    progress("root file system: " + str(rootfs.cached_rootfs()))
+    base = rootfs.ensure_rootfs()
+    keys.ensure_client_key()
+
+    from rackready.lab import hwsim  # imported late: only the lab needs it
+
+    progress("package repository: Debian packages, hwsim stand-ins, wheels")
+    debs = hwsim.build_packages(config.STATE_DIR / "hwsim-debs")
+    repo.build(base, debs)
+    network.ensure_bridge()
+    repo.serve()
+
+    drives = _drives()
+    known = []
+    booted = []
+    for spec in specs:
+        if nodes.pid_of(spec) is not None:
+            known.append(_known_line(spec))
+            continue
+        progress(f"{spec.name}: {spec.platform} ({spec.fabric}) at {spec.ip}")
+        known.append(nodes.create(spec, base, specs))
+        state = hwsim.build_state(spec.platform, spec.name, fabric=spec.fabric)
+        hwsim.write_node_state(state, spec.root)
+        network.ensure_node_network(spec)
+        nodes.detach_drives(drives.get(spec.name, []))
+        drives[spec.name] = nodes.attach_drives(spec)
+        nodes.boot(spec, drives[spec.name])
+        booted.append(spec)
+    keys.write_known_hosts(known)
+    _save(specs, drives)
+    for spec in booted:
+        nodes.wait_for_ssh(spec)
+        progress(f"{spec.name}: up, SSH host key verified")
+    lab_inventory.write(specs, drives)
+    return specs
+
+
+def _known_line(spec: NodeSpec) -> str:
+    algo, blob = (spec.root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2]
+    return f"{spec.name},{spec.ip} {algo} {blob}"
+
+
+def down(progress=print) -> None:
+    """Stop every node and remove everything the lab made (the cache stays)."""
+    require_root()
+    specs = load_specs()
+    drives = _drives()
+    for spec in specs:
+        nodes.stop(spec)
+        network.remove_node_network(spec)
+        nodes.detach_drives(drives.get(spec.name, []))
+        progress(f"{spec.name}: down")
+    # Leftovers from an interrupted run that the state file does not know.
+    nodes.detach_drives(nodes.lab_loop_devices())
+    for ns in network.lab_namespaces():
+        network.remove_node_network(_spec_for_netns(ns))
+    repo.stop_serving()
+    network.remove_bridge()
+    import shutil
+
+    shutil.rmtree(config.STATE_DIR / "nodes", ignore_errors=True)
+    _state_file().unlink(missing_ok=True)
+    lab_inventory.remove()
+
+
+def _spec_for_netns(ns: str) -> NodeSpec:
+    name = ns.removeprefix("rr-")
+    return NodeSpec(name, 0, "", "")
+
+
+def status() -> list[NodeStatus]:
+    out = []
+    for spec in load_specs():
+        running = nodes.pid_of(spec) is not None
+        ssh_ok = running and nodes.ssh(spec, "true", check=False).returncode == 0
+        out.append(
+            NodeStatus(spec.name, spec.ip, spec.platform, spec.fabric, running, ssh_ok,
+                       _faults(spec))
+        )
+    return out
+
+
+def find(name: str) -> NodeSpec:
+    specs = load_specs()
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    known = ", ".join(s.name for s in specs) or "none: run `invoke lab.up`"
+    raise UserError(f"unknown lab node '{name}' (lab nodes: {known})")
+
+
+def _state_path(spec: NodeSpec) -> Path:
+    return spec.root / "var/lib/hwsim/state.json"
+
+
+def _faults(spec: NodeSpec) -> list[str]:
+    path = _state_path(spec)
+    if not path.exists():
+        return []
+    return [f["kind"] for f in json.loads(path.read_text()).get("faults", [])]
+
+
+def fault(name: str, kind: str, target: str | None = None) -> str:
+    """Inject a simulated hardware fault; returns what it hit."""
+    from rackready.lab import hwsim
+
+    spec = find(name)
+    if kind not in hwsim.FAULT_KINDS:
+        raise UserError(f"unknown fault '{kind}' (kinds: {', '.join(hwsim.FAULT_KINDS)})")
+    state = json.loads(_state_path(spec).read_text())
+    try:
+        new = hwsim.apply_fault(state, kind, target)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    hwsim.write_node_state(new, spec.root)
+    return new["faults"][-1].get("component", kind)
+
+
+def heal(name: str) -> None:
+    from rackready.lab import hwsim
+
+    spec = find(name)
+    state = json.loads(_state_path(spec).read_text())
+    hwsim.write_node_state(hwsim.heal(state), spec.root)

@@ -1,0 +1,152 @@
+"""One lab node: its root file system copy, drives, boot and shutdown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from rackready.errors import EnvironmentProblem
+from rackready.lab import config, keys, repo, rootfs
+from rackready.lab.config import NodeSpec
+from rackready.lab.shell import run
+
+
+def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
+    """Lay out a fresh node; returns its known_hosts line."""
+    rootfs.copy_rootfs(base, node.root)
+    root = node.root
+    (root / "etc/hostname").write_text(node.name + "\n")
+    hosts = ["127.0.0.1 localhost", f"{config.GATEWAY} rackready-controller"]
+    hosts += [f"{n.ip} {n.name}" for n in all_nodes]
+    (root / "etc/hosts").write_text("\n".join(hosts) + "\n")
+    # Air-gapped, as a site's OS installer leaves a node: apt knows only the
+    # local mirror (the controller's repository), verified by its signing key.
+    (root / "etc/apt/sources.list").write_text("")
+    keyring = root / "etc/apt/keyrings/rackready-lab.asc"
+    keyring.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(repo.signing_key(), keyring)
+    (root / "etc/apt/sources.list.d/rackready-lab.sources").write_text(
+        f"Types: deb\nURIs: {repo.url()}/debian\nSuites: {config.SUITE}\n"
+        "Components: main\nSigned-By: /etc/apt/keyrings/rackready-lab.asc\n"
+    )
+    return keys.install_node_keys(root, node.name, node.ip)
+
+
+def attach_drives(node: NodeSpec, count: int = config.DATA_DRIVES) -> list[str]:
+    """Loop devices backed by sparse files stand for the NVMe data drives."""
+    drives = node.dir / "drives"
+    drives.mkdir(parents=True, exist_ok=True)
+    devices = []
+    for i in range(count):
+        img = drives / f"nvme{i}n1.img"
+        if not img.exists():
+            with img.open("wb") as f:
+                f.truncate(config.DATA_DRIVE_MIB * 1024 * 1024)
+        devices.append(run(["losetup", "--find", "--show", str(img)]).stdout.strip())
+    return devices
+
+
+def detach_drives(devices: list[str]) -> None:
+    for dev in devices:
+        run(["losetup", "-d", dev], check=False)
+
+
+def lab_loop_devices() -> list[str]:
+    """Loop devices whose backing file belongs to the lab (for cleanup and tests)."""
+    out = run(["losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE"]).stdout
+    state = str(config.STATE_DIR)
+    return [line.split()[0] for line in out.splitlines() if state in line]
+
+
+def boot(node: NodeSpec, devices: list[str]) -> int:
+    """Start the node's systemd under systemd-nspawn; returns the nspawn pid."""
+    log = (node.dir / "console.log").open("ab")
+    cmd = [
+        "systemd-nspawn",
+        "--boot",
+        "--quiet",
+        "--keep-unit",  # the controller may not run systemd; no scope to register
+        "--register=no",
+        f"--directory={node.root}",
+        f"--machine={node.name}",
+        f"--network-namespace-path=/run/netns/{node.netns}",
+        "--console=passive",
+        *(f"--bind={dev}" for dev in devices),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
+    (node.dir / "nspawn.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def pid_of(node: NodeSpec) -> int | None:
+    pidfile = node.dir / "nspawn.pid"
+    if not pidfile.exists():
+        return None
+    pid = int(pidfile.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return pid if cmdline and cmdline[0].endswith(b"systemd-nspawn") else None
+
+
+def wait_for_ssh(node: NodeSpec, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pid_of(node) is None:
+            raise EnvironmentProblem(
+                f"{node.name} stopped while booting; see {node.dir / 'console.log'}"
+            )
+        if _port_open(node.ip, 22) and ssh(node, "true", check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+    raise EnvironmentProblem(f"{node.name}: SSH did not answer within {timeout_s:.0f}s")
+
+
+def ssh(node: NodeSpec, command: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command on a node with the lab's key, verifying its host key."""
+    return run(
+        [
+            "ssh",
+            "-i", str(keys.client_key()),
+            "-o", f"UserKnownHostsFile={keys.known_hosts()}",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=5",
+            f"root@{node.ip}",
+            command,
+        ],
+        check=check,
+        timeout=120,
+    )
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def stop(node: NodeSpec, timeout_s: float = 30) -> None:
+    """Clean shutdown (SIGTERM makes nspawn power the container off), then force."""
+    pid = pid_of(node)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and pid_of(node) is not None:
+        time.sleep(0.2)
+    if pid_of(node) is not None:
+        os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    (node.dir / "nspawn.pid").unlink(missing_ok=True)

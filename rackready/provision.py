@@ -1,0 +1,107 @@
+"""`invoke provision`: playbooks/site.yml over an inventory, through ansible-runner."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rackready.errors import UserError
+from rackready.inventory import PROJECT_ROOT, inventory_path
+
+PLAYBOOKS = PROJECT_ROOT / "playbooks"
+
+
+@dataclass
+class RunResult:
+    rc: int
+    status: str
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> counters
+    failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
+    stdout_path: Path | None = None
+
+    def changed(self) -> dict[str, int]:
+        return {h: s.get("changed", 0) for h, s in self.stats.items()}
+
+
+def run_playbook(
+    inventory: Path | str,
+    playbook: str = "site.yml",
+    *,
+    limit: str | None = None,
+    tags: str | None = None,
+    check: bool = False,
+    diff: bool = False,
+    extravars: dict | None = None,
+    quiet: bool = False,
+    forks: int = 20,
+) -> RunResult:
+    """Run a playbook; collect per-host stats and each failed host's first reason."""
+    import ansible_runner
+
+    inv = inventory_path(str(inventory)) if not Path(inventory).is_file() else Path(inventory)
+    book = PLAYBOOKS / playbook
+    if not book.exists():
+        raise UserError(f"no playbook {book.relative_to(PROJECT_ROOT)}")
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    private = Path(tempfile.mkdtemp(prefix="rackready-runner-"))
+    failures: dict[str, str] = {}
+
+    def on_event(event: dict) -> bool:
+        data = event.get("event_data", {})
+        if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
+            if event["event"] == "runner_on_failed" and data.get("ignore_errors"):
+                return True
+            host = data.get("host", "?")
+            res = data.get("res", {})
+            msg = str(res.get("msg") or res.get("stderr") or "failed").strip().splitlines()
+            failures.setdefault(host, f"{data.get('task', '')}: {msg[0] if msg else ''}")
+        return True
+
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(PROJECT_ROOT),
+            playbook=str(book),
+            inventory=str(inv.resolve()),
+            limit=limit,
+            tags=tags,
+            cmdline=" ".join(cmdline) or None,
+            extravars=extravars or {},
+            forks=forks,
+            quiet=quiet,
+            event_handler=on_event,
+            envvars={"ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg")},
+        )
+        stats = r.stats or {}
+        per_host: dict[str, dict[str, int]] = {}
+        for key in ("ok", "changed", "failures", "dark", "skipped", "rescued", "ignored"):
+            for host, n in (stats.get(key) or {}).items():
+                per_host.setdefault(host, {})[key] = n
+        stdout = PROJECT_ROOT / "artifacts" / "provision-last.log"
+        stdout.parent.mkdir(exist_ok=True)
+        shutil.copy(r.stdout.name, stdout)
+        return RunResult(r.rc, r.status, per_host, failures, stdout)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def report_run(result: RunResult, out=print) -> int:
+    """One line per host: changed count or the reason it failed. 1 if any host failed."""
+    hosts = sorted(set(result.stats) | set(result.failures))
+    for host in hosts:
+        s = result.stats.get(host, {})
+        if host in result.failures or s.get("failures") or s.get("dark"):
+            reason = result.failures.get(host, "failed")
+            out(f"{host:<14} FAILED   {reason}")
+        else:
+            out(f"{host:<14} ok       changed={s.get('changed', 0)}")
+    if result.stdout_path:
+        out(f"log: {result.stdout_path}")
+    failed = result.rc != 0 or any(h in result.failures for h in hosts)
+    return 1 if failed else 0

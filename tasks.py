@@ -1,0 +1,237 @@
+"""rackready's command surface: flags -> rackready.* calls -> exit codes. No logic here.
+
+Exit codes: 0 success, 1 a node or check failed, 2 a person's mistake (bad flag
+value, unknown node, malformed file) or a missing prerequisite.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+from invoke import Collection, Exit, task
+
+ROOT = Path(__file__).resolve().parent
+
+
+def user_errors(fn):
+    """Turn rackready's UserError into a one-line message and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from rackready.errors import UserError
+
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            raise Exit(f"error: {exc}", code=2) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted", code=130) from None
+
+    return wrapper
+
+
+# --- provisioning -------------------------------------------------------------
+
+
+@task(
+    help={
+        "inventory": "inventory name under inventories/ (e.g. rack1, lab) or a path",
+        "limit": "only these hosts or groups (Ansible --limit pattern)",
+        "tags": "only these stages, comma-separated (baseline,driver,fabric,cuda,nccl,...)",
+        "check": "dry run: report what would change, change nothing",
+        "diff": "show file and package differences",
+    }
+)
+@user_errors
+def provision(c, inventory, limit=None, tags=None, check=False, diff=False):
+    """Provision nodes: Ansible roles from OS baseline to RDMA and NVMe RAID."""
+    from rackready.provision import report_run, run_playbook
+
+    result = run_playbook(inventory, limit=limit, tags=tags, check=check, diff=diff)
+    code = report_run(result)
+    if code:
+        raise Exit(code=code)
+
+
+# --- validation and reports --------------------------------------------------
+
+
+@task(
+    help={
+        "node": "validate this node (name in the inventory)",
+        "inventory": "inventory to find nodes in (default: lab); alone, validates every node",
+        "level": "quick (<=2 min), standard (<=10 min) or burnin (hours, resumable)",
+        "out": "run directory (default: runs/<timestamp>)",
+        "report_formats": "reports to write after the run (default: json,html,pdf,junit)",
+    }
+)
+@user_errors
+def validate(c, node=None, inventory="lab", level="quick", out=None,
+             report_formats="json,html,pdf,junit"):
+    """Validate nodes over SSH: checks, burn-in, collectives, FSDP job -> verdicts."""
+    from rackready.validate import run_validation
+
+    code = run_validation(node=node, inventory=inventory, level=level, out=out,
+                          formats=report_formats)
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "run": "run directory written by `invoke validate`",
+        "format": "comma-separated: json,html,pdf,junit (default: all)",
+        "diff": "compare two runs instead: RUN_A,RUN_B",
+        "sign": "operator name: sign the node reports of the run",
+    }
+)
+@user_errors
+def report(c, run=None, format="json,html,pdf,junit", diff=None, sign=None):
+    """Write acceptance reports (JSON, HTML, PDF, JUnit) for a validation run."""
+    from rackready.report.cli import report_command
+
+    code = report_command(run=run, formats=format, diff=diff, sign=sign)
+    if code:
+        raise Exit(code=code)
+
+
+# --- the lab -------------------------------------------------------------------
+
+
+@task(
+    help={
+        "nodes": "how many simulated nodes (default 2)",
+        "profile": "one lab profile for every node (default: XE9680 and DL380a in turn)",
+    }
+)
+@user_errors
+def lab_up(c, nodes=2, profile=None):
+    """Boot simulated nodes (systemd-nspawn) with their package mirror; idempotent."""
+    from rackready.lab import lab
+
+    lab.up(int(nodes), profile)
+    _print_status(lab.status())
+
+
+@task
+@user_errors
+def lab_down(c):
+    """Stop every lab node and remove all it made (the root file system cache stays)."""
+    from rackready.lab import lab
+
+    lab.down()
+
+
+@task
+@user_errors
+def lab_status(c):
+    """Show the lab's nodes: running, SSH reachable, injected faults."""
+    from rackready.lab import lab
+
+    _print_status(lab.status())
+
+
+@task(
+    help={
+        "node": "lab node name (e.g. lab-gpu01)",
+        "fault": "fault kind (gpu-missing, nvlink-down, xid-79, ...; see lab.fault --help)",
+        "target": "component to hit (e.g. a GPU index); default: one the fault picks",
+    }
+)
+@user_errors
+def lab_fault(c, node, fault, target=None):
+    """Inject a simulated hardware fault into a lab node."""
+    from rackready.lab import lab
+
+    hit = lab.fault(node, fault, target)
+    print(f"{node}: {fault} -> {hit}")
+
+
+@task(help={"node": "lab node name"})
+@user_errors
+def lab_heal(c, node):
+    """Remove every injected fault from a lab node."""
+    from rackready.lab import lab
+
+    lab.heal(node)
+    print(f"{node}: healed")
+
+
+def _print_status(rows) -> None:
+    if not rows:
+        print("lab: no nodes (run `invoke lab.up`)")
+        return
+    print(f"{'node':<12} {'address':<14} {'platform':<22} {'fabric':<6} {'state':<8} faults")
+    for r in rows:
+        state = "up" if r.running and r.ssh else ("booting" if r.running else "down")
+        print(f"{r.name:<12} {r.ip:<14} {r.platform:<22} {r.fabric:<6} {state:<8} "
+              f"{','.join(r.faults) or '-'}")
+
+
+# --- the whole loop, tests, lint ----------------------------------------------------
+
+
+@task(help={"nodes": "lab nodes to run on (default 2: one healthy, one with a fault)"})
+@user_errors
+def demo(c, nodes=2):
+    """The main job on the lab: lab up, provision, inject a fault, validate, report."""
+    from rackready.demo import run_demo
+
+    code = run_demo(int(nodes))
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
+        "k": "only tests matching this expression (pytest -k)",
+        "unit": "unit tests only (no lab, no browser)",
+    }
+)
+def test(c, k=None, unit=False):
+    """Run the whole test suite (unit, lab, browser); installs what the tests need."""
+    if not unit:
+        from rackready.testenv import ensure_test_packages
+
+        ensure_test_packages()
+    args = [sys.executable, "-m", "pytest"]
+    if unit:
+        args += ["-m", "not lab and not browser"]
+    if k:
+        args += ["-k", k]
+    rc = c.run(" ".join(args), pty=False, warn=True, env={"PYTHONUNBUFFERED": "1"}).exited
+    if rc:
+        raise Exit(code=rc)
+
+
+@task
+def lint(c):
+    """ruff, yamllint and ansible-lint (production profile) over the tree."""
+    bindir = Path(sys.executable).parent
+    failed = False
+    for cmd in (
+        f"{bindir}/ruff check .",
+        f"{bindir}/yamllint -s .",
+        f"{bindir}/ansible-lint",
+    ):
+        print(f"$ {cmd}")
+        failed |= bool(c.run(cmd, warn=True, env={"PATH": f"{bindir}:{os.environ['PATH']}"}).exited)
+    if failed:
+        raise Exit("lint failed", code=1)
+
+
+lab_ns = Collection("lab")
+lab_ns.add_task(lab_up, "up")
+lab_ns.add_task(lab_down, "down")
+lab_ns.add_task(lab_status, "status")
+lab_ns.add_task(lab_fault, "fault")
+lab_ns.add_task(lab_heal, "heal")
+
+ns = Collection()
+for t in (provision, validate, report, demo, test, lint):
+    ns.add_task(t)
+ns.add_collection(lab_ns)
+ns.configure({"run": {"echo": False}})
