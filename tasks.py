@@ -33,6 +33,15 @@ def user_errors(fn):
     return wrapper
 
 
+def required(**flags) -> None:
+    """Required flags are checked here, not by invoke, so `TASK --help` always works."""
+    from rackready.errors import UserError
+
+    for name, value in flags.items():
+        if value in (None, ""):
+            raise UserError(f"--{name} is required")
+
+
 # --- provisioning -------------------------------------------------------------
 
 
@@ -46,8 +55,9 @@ def user_errors(fn):
     }
 )
 @user_errors
-def provision(c, inventory, limit=None, tags=None, check=False, diff=False):
+def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False):
     """Provision nodes: Ansible roles from OS baseline to RDMA and NVMe RAID."""
+    required(inventory=inventory)
     from rackready.provision import report_run, run_playbook
 
     result = run_playbook(inventory, limit=limit, tags=tags, check=check, diff=diff)
@@ -142,8 +152,9 @@ def lab_status(c):
     }
 )
 @user_errors
-def lab_fault(c, node, fault, target=None):
+def lab_fault(c, node=None, fault=None, target=None):
     """Inject a simulated hardware fault into a lab node."""
+    required(node=node, fault=fault)
     from rackready.lab import lab
 
     hit = lab.fault(node, fault, target)
@@ -152,8 +163,9 @@ def lab_fault(c, node, fault, target=None):
 
 @task(help={"node": "lab node name"})
 @user_errors
-def lab_heal(c, node):
+def lab_heal(c, node=None):
     """Remove every injected fault from a lab node."""
+    required(node=node)
     from rackready.lab import lab
 
     lab.heal(node)

@@ -7,8 +7,12 @@ reports need addresses and profiles, not secrets.
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from rackready.errors import UserError
 
@@ -54,22 +58,55 @@ def load(name: str) -> list[Node]:
     from ansible.vars.manager import VariableManager
 
     path = inventory_path(name)
+    _check_yaml(path)
+    from ansible import constants
+
+    constants.INVENTORY_UNPARSED_IS_FAILED = True
     loader = DataLoader()
+    noise = io.StringIO()  # Ansible's parser warnings; the error below says it in one line
     try:
-        inv = InventoryManager(loader=loader, sources=[str(path)])
-        if not inv.hosts and not path.read_text().strip():
-            raise UserError(f"{path}: empty inventory")
-        varman = VariableManager(loader=loader, inventory=inv)
-        nodes = []
-        for host in sorted(inv.get_hosts(), key=lambda h: h.name):
-            v = varman.get_vars(host=host)
-            nodes.append(_node(host.name, v, path))
+        with contextlib.redirect_stderr(noise):
+            inv = InventoryManager(loader=loader, sources=[str(path)])
+            varman = VariableManager(loader=loader, inventory=inv)
+            nodes = [
+                _node(host.name, varman.get_vars(host=host), path)
+                for host in sorted(inv.get_hosts(), key=lambda h: h.name)
+            ]
     except AnsibleError as exc:
         first = str(exc).strip().splitlines()[0]
         raise UserError(f"{path}: malformed inventory: {first}") from None
     if not nodes:
         raise UserError(f"{path}: no hosts in the inventory")
     return nodes
+
+
+def _check_yaml(path: Path) -> None:
+    """YAML inventories and their group/host vars must parse; say where they do not."""
+    files = [path]
+    for sub in ("group_vars", "host_vars"):
+        folder = path.parent / sub
+        if folder.is_dir():
+            files += sorted(folder.rglob("*.yml")) + sorted(folder.rglob("*.yaml"))
+    for f in files:
+        if f.suffix not in (".yml", ".yaml"):
+            continue
+        try:
+            data = yaml.load(f.read_text(), Loader=_VaultTolerantLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UserError(f"{f}:{where}: malformed inventory: {problem}") from None
+        if f == path and not isinstance(data, dict):
+            raise UserError(f"{f}: malformed inventory: expected a mapping with 'all:'")
+
+
+class _VaultTolerantLoader(yaml.SafeLoader):
+    """Safe YAML that accepts Ansible's !vault tag without decrypting it."""
+
+
+_VaultTolerantLoader.add_constructor("!vault", lambda loader, node: "<vaulted>")
+_VaultTolerantLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
 
 
 def _node(name: str, v: dict, path: Path) -> Node:

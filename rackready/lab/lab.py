@@ -84,10 +84,12 @@ def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeS
     base = rootfs.ensure_rootfs()
     keys.ensure_client_key()
 
-    from rackready.lab import hwsim  # imported late: only the lab needs it
+    from rackready.lab.hwsim.packages import build_packages
+    from rackready.lab.hwsim.state import build_state
+    from rackready.lab.hwsim.sysroot import write_node_state
 
     progress("package repository: Debian packages, hwsim stand-ins, wheels")
-    debs = hwsim.build_packages(config.STATE_DIR / "hwsim-debs")
+    debs = build_packages(config.STATE_DIR / "hwsim-debs")
     repo.build(base, debs)
     network.ensure_bridge()
     repo.serve()
@@ -101,8 +103,9 @@ def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeS
             continue
         progress(f"{spec.name}: {spec.platform} ({spec.fabric}) at {spec.ip}")
         known.append(nodes.create(spec, base, specs))
-        state = hwsim.build_state(spec.platform, spec.name, fabric=spec.fabric)
-        hwsim.write_node_state(state, spec.root)
+        # A fresh OS: no driver loaded, no services; provisioning brings them.
+        state = build_state(spec.platform, spec.name, fabric=spec.fabric, provisioned=False)
+        write_node_state(state, spec.root)
         network.ensure_node_network(spec)
         nodes.detach_drives(drives.get(spec.name, []))
         drives[spec.name] = nodes.attach_drives(spec)
@@ -183,24 +186,29 @@ def _faults(spec: NodeSpec) -> list[str]:
 
 
 def fault(name: str, kind: str, target: str | None = None) -> str:
-    """Inject a simulated hardware fault; returns what it hit."""
-    from rackready.lab import hwsim
+    """Inject a simulated hardware fault; returns what it hit, in words."""
+    from rackready.lab.hwsim.faults import FAULT_KINDS, apply_fault
+    from rackready.lab.hwsim.sysroot import read_node_state, write_node_state
 
     spec = find(name)
-    if kind not in hwsim.FAULT_KINDS:
-        raise UserError(f"unknown fault '{kind}' (kinds: {', '.join(hwsim.FAULT_KINDS)})")
-    state = json.loads(_state_path(spec).read_text())
+    if kind not in FAULT_KINDS:
+        raise UserError(f"unknown fault '{kind}' (kinds: {', '.join(FAULT_KINDS)})")
+    # The node's current state: its tools may have changed it (modules, mlxconfig).
     try:
-        new = hwsim.apply_fault(state, kind, target)
+        new = apply_fault(read_node_state(spec.root), kind, target)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    hwsim.write_node_state(new, spec.root)
-    return new["faults"][-1].get("component", kind)
+    write_node_state(new, spec.root)
+    return _describe(new["faults"][-1])
+
+
+def _describe(record: dict) -> str:
+    return str(record.get("description") or record.get("kind"))
 
 
 def heal(name: str) -> None:
-    from rackready.lab import hwsim
+    from rackready.lab.hwsim.faults import heal as heal_state
+    from rackready.lab.hwsim.sysroot import read_node_state, write_node_state
 
     spec = find(name)
-    state = json.loads(_state_path(spec).read_text())
-    hwsim.write_node_state(hwsim.heal(state), spec.root)
+    write_node_state(heal_state(read_node_state(spec.root)), spec.root)

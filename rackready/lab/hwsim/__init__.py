@@ -1,0 +1,1 @@
+"""hwsim: the simulated GPU-server hardware of the lab's nodes (see README.md)."""

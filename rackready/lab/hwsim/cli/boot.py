@@ -1,0 +1,62 @@
+"""hwsim-boot: what a (re)boot does to the simulated hardware, run by systemd early.
+
+scope gpu: driver modules come back only if installed (autoload lists and
+/etc/modules-load.d); daemons start afresh. scope nic: mlxconfig next-boot
+values become current (the link type changes the port), run-time QoS is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .common import ToolError, locked_state, run
+from .modprobe import _closure, available
+
+DEFAULT_QOS = {"trust": "pcp", "pfc": [0] * 8, "ecn": [0] * 8}
+
+
+def _autoload() -> list[str]:
+    d = Path(os.environ.get("HWSIM_MODULES_DIR", "/usr/lib/hwsim/modules.d"))
+    names = [m for f in sorted(d.glob("*.autoload")) for m in f.read_text().split()] \
+        if d.is_dir() else []
+    conf = Path(os.environ.get("HWSIM_MODULES_LOAD_D", "/etc/modules-load.d"))
+    for f in sorted(conf.glob("*.conf")) if conf.is_dir() else []:
+        names += [ln.strip() for ln in f.read_text().splitlines()
+                  if ln.strip() and not ln.startswith(("#", ";"))]
+    return names
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in ("gpu", "nic"):
+        raise ToolError("usage: hwsim-boot gpu|nic", 2)
+    with locked_state() as state:
+        if argv[0] == "gpu":
+            have = available()
+            loaded = [m for m in state["modules"] if not m.startswith("nvidia")]
+            for m in _autoload():
+                if m.startswith("nvidia") and m in have:
+                    loaded += [x for x in _closure(m) if x not in loaded]
+            state["modules"] = loaded
+            for svc in state["services"].values():
+                svc["running"] = False
+            for g in state["gpus"]:
+                g["persistence_mode"] = "Disabled"
+                if state["nvswitches"]:
+                    g["fabric"] = {"state": "In Progress", "status": "N/A"}
+        else:
+            for n in state["nics"]:
+                cfg = state["nic_config"][n["name"]]
+                cfg["mlxconfig"]["current"].update(cfg["mlxconfig"].pop("pending", {}))
+                cfg["mlxconfig"]["pending"] = {}
+                ib = cfg["mlxconfig"]["current"]["LINK_TYPE_P1"].startswith("IB")
+                bus = int(n["bdf"][5:7], 16)
+                n.update(link_layer="InfiniBand" if ib else "Ethernet",
+                         netdev=f"ibp{bus}s0" if ib else f"ens{bus}np0")
+                cfg["qos"] = dict(DEFAULT_QOS, mtu=4096 if ib else 1500)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

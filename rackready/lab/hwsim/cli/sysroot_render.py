@@ -1,0 +1,128 @@
+"""Render the simulated sysroot (/var/lib/hwsim/root) from the state.
+
+Standard library only: the controller calls it through hwsim.sysroot, and
+node-side tools call it after they change the state (modprobe, services).
+Formats follow the capture (proc-driver-nvidia.txt, sysfs-pci.txt) and, for
+files the capture lacks (mdstat, modules, kern.log), the kernel's documented
+layout.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .common import SPEED_OF_GEN, present, read_capture
+from .pci import pci_devices
+
+# name -> (size, users); sizes as a 6.1 kernel reports them, to look plausible.
+MODULE_SIZES = {
+    "nvidia": (14381056, "nvidia_uvm,nvidia_peermem,nvidia_modeset,"),
+    "nvidia_modeset": (1519616, "nvidia_drm,"), "nvidia_uvm": (1847296, ""),
+    "nvidia_drm": (118784, ""), "nvidia_peermem": (16384, ""),
+    "mlx5_core": (2306048, "mlx5_ib,"), "mlx5_ib": (475136, ""),
+    "ib_core": (458752, "rdma_cm,ib_umad,ib_uverbs,mlx5_ib,nvidia_peermem,"),
+    "ib_uverbs": (176128, "mlx5_ib,"), "ib_umad": (40960, ""), "rdma_cm": (139264, ""),
+    "nvme": (57344, ""), "nvme_core": (204800, "nvme,"), "ipmi_si": (86016, ""),
+    "ipmi_devintf": (20480, ""),
+}
+OUT_OF_TREE = ("nvidia",)  # taint (OE) of the DKMS-built driver modules
+
+
+def _information(state: dict[str, Any], g: dict[str, Any]) -> str:
+    """One GPU's /proc/driver/nvidia/gpus/<bdf>/information, from the capture's first block."""
+    text = read_capture("proc-driver-nvidia.txt")
+    block = text.split("== ")[1].split("\n", 1)[1]
+    values = {"Model": g["name"], "GPU UUID": g["uuid"], "Video BIOS": g["vbios"].lower(),
+              "Bus Location": g["bdf"], "Device Minor": str(g["minor"]),
+              "GPU Firmware": state["driver"]["version"]}
+    out = []
+    for line in block.rstrip("\n").split("\n"):
+        m = re.match(r"^([^:]+):(\s+)(.*)$", line)
+        if m and m.group(1) in values:
+            line = f"{m.group(1)}:{m.group(2)}{values[m.group(1)]}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _modules(state: dict[str, Any]) -> str:
+    loaded = state.get("modules", [])
+    lines = []
+    for name in reversed(loaded):  # newest first, as the kernel lists them
+        size, users = MODULE_SIZES.get(name, (32768, ""))
+        users = ",".join(u for u in users.split(",") if u in loaded)
+        count = len(users.split(",")) if users else 0
+        taint = " (OE)" if name.startswith(OUT_OF_TREE) else ""
+        lines.append(f"{name} {size} {count} {users + ',' if users else '-'} Live "
+                     f"0x0000000000000000{taint}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _mdstat(state: dict[str, Any]) -> str:
+    raid = state.get("raid") or {}
+    if not raid.get("assembled"):
+        return "Personalities : \nunused devices: <none>\n"
+    drives = {d["namespace"]: d for d in state["nvme"]}
+    members = [(i, m) for i, m in enumerate(raid["members"]) if drives[m]["present"]]
+    if len(members) < len(raid["members"]):
+        # RAID0 cannot run without a member: md shows it inactive, members as spares.
+        parts = " ".join(f"{m}[{i}](S)" for i, m in reversed(members))
+        return (f"Personalities : [raid0] \n{raid['device']} : inactive {parts}\n"
+                f"      {sum(drives[m]['bytes'] for _, m in members) // 1024} blocks "
+                "super 1.2\n       \nunused devices: <none>\n")
+    parts = " ".join(f"{m}[{i}]" for i, m in reversed(members))
+    blocks = sum(drives[m]["bytes"] for _, m in members) // 1024
+    return (f"Personalities : [raid0] \n{raid['device']} : active raid0 {parts}\n"
+            f"      {blocks} blocks super 1.2 {raid['chunk_kb']}k chunks\n      \n"
+            "unused devices: <none>\n")
+
+
+def _kern_log(state: dict[str, Any]) -> str:
+    lines = []
+    t = 812.0
+    for g in state["gpus"]:
+        for x in g.get("xids", []):
+            t += 37.25
+            lines.append(f"Nov 30 01:{int(t) // 60 % 60:02d}:{int(t) % 60:02d} {state['node']} "
+                         f"kernel: [{t:12.6f}] NVRM: Xid (PCI:{g['bdf'][:-2]}): {x['xid']}, "
+                         f"pid='<unknown>', name=<unknown>, {x['text']}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def render_sysroot(state: dict[str, Any], root: Path) -> None:
+    """(Re)write every simulated file under root; stale entries are removed first."""
+    root = Path(root)
+    for managed in ("proc", "sys"):
+        shutil.rmtree(root / managed, ignore_errors=True)
+    _write(root / "proc/cmdline", state["kernel"]["cmdline"] + "\n")
+    _write(root / "proc/modules", _modules(state))
+    _write(root / "proc/mdstat", _mdstat(state))
+    if "nvidia" in state.get("modules", []):
+        d = state["driver"]
+        _write(root / "proc/driver/nvidia/version", f"{d['nvrm_line']}\n{d['gcc_line']}\n")
+        for g in present(state["gpus"]):
+            _write(root / f"proc/driver/nvidia/gpus/{g['bdf']}/information",
+                   _information(state, g))
+        for n, s in enumerate(present(state["nvswitches"])):
+            # Layout of the nvswitch driver's proc files; the capture (a VM) had none.
+            _write(root / f"proc/driver/nvidia-nvswitch/devices/{s['bdf']}/information",
+                   f"Model: \t\t NVIDIA NVSwitch\nDevice Minor: \t {n}\nBus Location: \t "
+                   f"{s['bdf']}\nUUID: \t\t {s['uuid']}\nFirmware: \t {s['fw']}\n")
+    for dev in pci_devices(state):
+        base = root / "sys/bus/pci/devices" / dev["bdf"]
+        files = {"vendor": f"0x{dev['vendor']}", "device": f"0x{dev['device']}",
+                 "class": f"0x{dev['class']}", "numa_node": str(dev["numa"]),
+                 "current_link_speed": SPEED_OF_GEN[dev["gen_cur"]],
+                 "current_link_width": str(dev["width_cur"]),
+                 "max_link_speed": SPEED_OF_GEN[dev["gen_max"]],
+                 "max_link_width": str(dev["width_max"])}
+        for name, value in files.items():
+            _write(base / name, value + "\n")
+    _write(root / "var/log/kern.log", _kern_log(state))

@@ -1,0 +1,1 @@
+"""Simulated daemons (standard library only), run by the packages' systemd units."""

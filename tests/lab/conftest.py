@@ -1,0 +1,44 @@
+"""The lab for tests: two nodes booted once per session, torn down at the end.
+
+lab-gpu01 is XE9680-like (NVSwitch, RoCE), lab-gpu02 DL380a-like (IB).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rackready.lab import lab, nodes
+from rackready.lab.config import NodeSpec
+
+pytestmark = pytest.mark.lab
+
+
+@dataclass
+class Lab:
+    specs: list[NodeSpec]
+    inventory: Path
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def spec(self, name: str) -> NodeSpec:
+        return next(s for s in self.specs if s.name == name)
+
+    def sh(self, name: str, command: str, check: bool = True):
+        return nodes.ssh(self.spec(name), command, check=check)
+
+
+@pytest.fixture(scope="session")
+def lab_nodes() -> Lab:
+    if os.geteuid() != 0:
+        pytest.fail("lab tests need root (systemd-nspawn, network namespaces)")
+    from rackready.lab.inventory import LAB_INVENTORY
+
+    specs = lab.up(2, progress=lambda msg: print(f"[lab] {msg}"))
+    yield Lab(specs, LAB_INVENTORY / "hosts.yml")
+    lab.down(progress=lambda msg: None)

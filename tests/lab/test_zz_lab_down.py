@@ -1,0 +1,27 @@
+"""Runs last in the lab suite: lab.down must leave nothing behind."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rackready.lab import config, lab, network, nodes, repo
+
+pytestmark = pytest.mark.lab
+
+
+def test_lab_down_leaves_no_namespace_link_loop_device_mount_or_process(lab_nodes):
+    lab.down(progress=lambda msg: None)
+    assert network.lab_namespaces() == []
+    assert network.lab_links() == []
+    assert nodes.lab_loop_devices() == []
+    assert repo.serving_pid() is None
+    mounts = Path("/proc/mounts").read_text()
+    assert str(config.STATE_DIR) not in mounts
+    procs = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
+    live = [line for line in procs.splitlines()
+            if "systemd-nspawn" in line and not line.startswith("Z")]
+    assert live == [], live
+    assert not (config.STATE_DIR / "nodes").exists()

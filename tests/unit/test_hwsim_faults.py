@@ -1,0 +1,60 @@
+"""hwsim faults: each changes the outputs that name the part; heal restores them.
+
+The faulted states are generated in code from the state built on the real capture.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from rackready.lab.hwsim.faults import FAULT_KINDS, FaultError, apply_fault, heal
+from rackready.lab.hwsim.state import build_state
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return build_state("xe9680-h200", "gpu01")
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_fault_is_pure_recorded_and_healed(base: dict, kind: str) -> None:
+    before = repr(base)
+    faulted = apply_fault(base, kind)
+    assert repr(base) == before  # input untouched
+    assert faulted != base
+    rec = faulted["faults"][-1]
+    assert rec["kind"] == kind and rec["component"]["type"] in ("gpu", "nic", "nvme", "service")
+    assert heal(faulted) == base
+
+
+def test_fault_names_the_targeted_gpu(base: dict) -> None:
+    f = apply_fault(base, "pcie-downtrained", "3")
+    comp = f["faults"][0]["component"]
+    assert comp["serial"] == base["gpus"][3]["serial"]
+    assert f["gpus"][3]["pcie"]["width_cur"] == 8 and f["gpus"][3]["pcie"]["gen_cur"] == 4
+    assert f["gpus"][2]["pcie"] == base["gpus"][2]["pcie"]
+    by_serial = apply_fault(base, "gpu-missing", base["gpus"][5]["serial"])
+    assert by_serial["gpus"][5]["present"] is False
+
+
+def test_fabric_manager_down_needs_nvswitch() -> None:
+    with pytest.raises(FaultError, match="needs NVSwitch"):
+        apply_fault(build_state("dl380a-gen12-h200nvl", "n"), "fabric-manager-down")
+
+
+def test_unknown_kind_and_target_are_one_line_errors(base: dict) -> None:
+    with pytest.raises(FaultError) as exc:
+        apply_fault(base, "cosmic-ray")
+    assert "gpu-missing" in str(exc.value) and "\n" not in str(exc.value)
+    with pytest.raises(FaultError, match="no GPU"):
+        apply_fault(base, "xid-79", "42")
+
+
+def test_heal_keeps_runtime_settings(base: dict) -> None:
+    f = apply_fault(base, "ib-port-down", "mlx5_2")
+    f["modules"] = [*f["modules"], "extra_mod"]
+    f["nic_config"]["mlx5_0"]["mlxconfig"]["pending"]["LINK_TYPE_P1"] = "IB(1)"
+    h = heal(f)
+    assert h["nics"][2]["state"] == "Active"
+    assert "extra_mod" in h["modules"]
+    assert h["nic_config"]["mlx5_0"]["mlxconfig"]["pending"] == {"LINK_TYPE_P1": "IB(1)"}

@@ -1,0 +1,88 @@
+"""The command surface: a person's mistakes get one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INVOKE = [sys.executable, "-m", "invoke"]
+
+
+def invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*INVOKE, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    err = proc.stderr.strip()
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_every_task_is_listed_with_a_summary():
+    out = invoke("--list").stdout
+    for name in ("provision", "validate", "report", "demo", "test", "lint", "lab.up",
+                 "lab.down", "lab.status", "lab.fault", "lab.heal"):
+        assert f"  {name} " in out
+
+
+@pytest.mark.parametrize("task", ["provision", "validate", "report", "lab.up", "lab.fault"])
+def test_every_flag_has_help(task):
+    out = invoke(task, "--help").stdout
+    options = [line for line in out.splitlines() if line.strip().startswith("-")]
+    assert options
+    for line in options:
+        # "-x STRING, --xx=STRING   help text": help text after the flag column
+        assert len(line.strip().split(None, 2)) >= 2 and "  " in line.strip(), line
+
+
+def test_unknown_inventory_is_one_line_exit_2():
+    proc = invoke("provision", "--inventory", "no-such-rack")
+    assert proc.returncode == 2
+    assert "unknown inventory 'no-such-rack'" in one_line_error(proc)
+
+
+def test_bad_level_is_one_line_exit_2():
+    proc = invoke("validate", "--node", "gpu01", "--inventory", "rack1", "--level", "fast")
+    assert proc.returncode == 2
+    assert "--level" in one_line_error(proc)
+
+
+def test_unknown_node_is_one_line_exit_2():
+    proc = invoke("validate", "--node", "gpu99", "--inventory", "rack1")
+    assert proc.returncode == 2
+    assert "unknown node 'gpu99'" in one_line_error(proc)
+
+
+def test_malformed_inventory_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "hosts.yml"
+    bad.write_text("all:\n  children: [unclosed\n")
+    proc = invoke("validate", "--node", "gpu01", "--inventory", str(bad))
+    assert proc.returncode == 2
+    assert "malformed inventory" in one_line_error(proc)
+
+
+def test_host_without_profile_is_refused(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    gpu01:\n      ansible_host: 192.0.2.10\n")
+    proc = invoke("validate", "--node", "gpu01", "--inventory", str(inv))
+    assert proc.returncode == 2
+    assert "no rackready_profile" in one_line_error(proc)
+
+
+def test_unknown_flag_fails():
+    proc = invoke("provision", "--inventory", "rack1", "--colour")
+    assert proc.returncode != 0
+    assert "--colour" in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_node_count_is_one_line_exit_2():
+    proc = invoke("lab.up", "--nodes", "99")
+    assert proc.returncode == 2
+    assert "--nodes" in one_line_error(proc)
