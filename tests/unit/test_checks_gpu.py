@@ -1,0 +1,229 @@
+"""GPU, NVLink, PCIe, fabric, kernel and health-delta checks run against the real capture
+(served by a fake `ctx.run`), then judged; faults are generated from the capture."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from validation.checks.registry import CheckSkipped, Context, all_checks
+from validation.judge import judge
+from validation.model import CheckResult
+from validation.profile import load_profile, scope
+
+_ROOT = Path(__file__).resolve().parents[2]
+FIX = next(p for p in (_ROOT / "shared", _ROOT.parent / "shared", Path("/work/shared"))
+           if p.is_dir()) / "fixtures" / "hgx-h200-2gpu"
+
+CMDS = {
+    ("nvidia-smi", "-q", "-x"): "nvidia-smi-q-x.xml",
+    ("nvidia-smi", "topo", "-m"): "nvidia-smi-topo-m.txt",
+    ("nvidia-smi", "nvlink", "-s"): "nvidia-smi-nvlink-s.txt",
+    ("nvidia-smi", "nvlink", "-e"): "nvidia-smi-nvlink-e.txt",
+}
+
+
+class FakeContext(Context):
+    """Commands answer from the capture (plus overrides); files come from a tmp sysroot."""
+
+    outputs: dict[tuple[str, ...], str]
+
+    def run(self, cmd, timeout_s=60, artifact=None, ok_codes=(0,)):
+        key = tuple(cmd)
+        if key not in self.outputs:
+            raise CheckSkipped(f"{cmd[0]} not found on this node")
+        return self.outputs[key]
+
+
+def make_ctx(tmp_path: Path, profile=None, **overrides: str) -> FakeContext:
+    root = tmp_path / "root"
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "var/log").mkdir(parents=True)
+    (root / "proc/driver/nvidia/version").write_text(
+        (FIX / "proc-driver-nvidia.txt").read_text().split("==")[0])
+    (root / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz ro iommu=pt\n")
+    (root / "proc/modules").write_text("nvidia 1 0 - Live 0x0\nnvidia_uvm 1 0 - Live 0x0\n")
+    (root / "var/log/kern.log").write_text("")
+    profile = profile or scope(load_profile("xe9680-h200"), gpus=2)
+    ctx = FakeContext(profile=profile, level="quick", sysroot=root, out=tmp_path / "out")
+    ctx.outputs = {k: (FIX / v).read_text() for k, v in CMDS.items()}
+    for key, text in overrides.items():
+        ctx.outputs[tuple(key.split("_"))] = text
+    return ctx
+
+
+def run(name: str, ctx: Context) -> CheckResult:
+    spec = all_checks()[name]
+    ctx.cache.pop("smi", None)
+    return CheckResult(name, "ok", 0.0, tuple(spec.fn(ctx)), "", spec.needs)
+
+
+def fails(result: CheckResult, ctx: Context) -> list:
+    return [v for v in judge([result], ctx.profile) if v.outcome == "fail"]
+
+
+def xml_fault(gpu_bus: str, **edits: str) -> str:
+    xml = (FIX / "nvidia-smi-q-x.xml").read_text()
+    start = xml.index(f'<gpu id="{gpu_bus}">')
+    end = xml.index("</gpu>", start)
+    block = xml[start:end]
+    for tag, value in edits.items():
+        block, n = re.subn(rf"<{tag}>[^<]*</{tag}>", f"<{tag}>{value}</{tag}>", block, count=1)
+        assert n == 1, tag
+    return xml[:start] + block + xml[end:]
+
+
+GPU1 = "00000000:00:07.0"
+SERIAL1 = "1653124039737"
+
+
+@pytest.mark.parametrize("name", ["gpu.inventory", "gpu.health", "gpu.xid", "nvlink.topology",
+                                  "nvlink.links", "pcie.gpu_link", "kernel.cmdline",
+                                  "kernel.nouveau"])
+def test_healthy_capture_passes(tmp_path, name):
+    ctx = make_ctx(tmp_path)
+    result = run(name, ctx)
+    assert result.measurements, "a check that measures nothing proves nothing"
+    assert fails(result, ctx) == []
+
+
+def test_inventory_measures_capture(tmp_path):
+    ctx = make_ctx(tmp_path)
+    got = {(m.name, m.labels.get("gpu"), m.labels.get("source")): m.value
+           for m in run("gpu.inventory", ctx).measurements}
+    assert got[("gpu.count", None, None)] == 2
+    assert got[("gpu.memory_total", "1", None)] == 143771
+    assert got[("gpu.driver_version", None, "proc")] == got[("gpu.driver_version", None,
+                                                             "nvidia-smi")]
+    assert got[("gpu.uniform", None, None)] is True
+
+
+def test_full_profile_wants_eight_gpus(tmp_path):
+    ctx = make_ctx(tmp_path, profile=load_profile("xe9680-h200"))
+    bad = fails(run("gpu.inventory", ctx), ctx)
+    assert [v.metric for v in bad] == ["gpu.count"]
+    assert "GPU is missing" in bad[0].remediation
+
+
+@pytest.mark.parametrize("edits,metric", [
+    ({"dram_uncorrectable": "2"}, "gpu.ecc_uncorrected_volatile"),
+    ({"remapped_row_pending": "Yes"}, "gpu.remapped_rows_pending"),
+    ({"remapped_row_failure": "Yes"}, "gpu.remapped_rows_failure"),
+    ({"current_ecc": "Disabled"}, "gpu.ecc_mode"),
+    ({"clocks_event_reason_hw_thermal_slowdown": "Active"}, "gpu.throttle.hw_thermal"),
+    ({"gpu_temp": "93 C"}, "gpu.temperature"),
+])
+def test_health_faults_name_the_gpu(tmp_path, edits, metric):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml_fault(GPU1, **edits)})
+    bad = fails(run("gpu.health", ctx), ctx)
+    assert [v.metric for v in bad] == [metric]
+    assert bad[0].labels["gpu"] == "1" and bad[0].labels["serial"] == SERIAL1
+    assert "GPU 1" in bad[0].message and SERIAL1 in bad[0].remediation
+
+
+@pytest.mark.parametrize("edits,metric", [
+    ({"product_name": "NVIDIA H100 80GB HBM3"}, "gpu.model"),
+    ({"vbios_version": "95.00.11.00.01"}, "gpu.vbios"),
+    ({"current_mig": "Enabled"}, "gpu.mig_mode"),
+    ({"persistence_mode": "Disabled"}, "gpu.persistence_mode"),
+])
+def test_inventory_faults(tmp_path, edits, metric):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml_fault(GPU1, **edits)})
+    bad = {v.metric for v in fails(run("gpu.inventory", ctx), ctx)}
+    # a GPU unlike its peers also breaks uniformity, except for modes
+    assert metric in bad and bad <= {metric, "gpu.uniform"}
+
+
+def test_pcie_downtrained_gpu(tmp_path):
+    xml = xml_fault(GPU1, current_link_gen="4", current_link_width="8x")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    bad = fails(run("pcie.gpu_link", ctx), ctx)
+    assert sorted(v.metric for v in bad) == ["gpu.pcie_gen", "gpu.pcie_width"]
+    assert all(v.labels["bus_id"] == "0000:00:07.0" for v in bad)
+    assert "reseat GPU 1" in bad[0].remediation
+
+
+def test_xid_hardware_event_fails_that_gpu(tmp_path):
+    ctx = make_ctx(tmp_path)
+    (ctx.sysroot / "var/log/kern.log").write_text(
+        "kernel: NVRM: Xid (PCI:0000:00:07): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        "kernel: NVRM: Xid (PCI:0000:00:06): 13, pid=2, name=y, Graphics Exception\n")
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels.get("xids")) for v in bad] == \
+        [("gpu.xid_hardware", "1", "79")]
+
+
+def test_xid_from_vanished_gpu_still_fails(tmp_path):
+    ctx = make_ctx(tmp_path)
+    (ctx.sysroot / "var/log/kern.log").write_text(
+        "NVRM: Xid (PCI:0000:00:09): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.labels["gpu"], v.labels["bus_id"]) for v in bad] == [("missing", "0000:00:09")]
+
+
+def test_nvlink_down_and_errors(tmp_path):
+    status = (FIX / "nvidia-smi-nvlink-s.txt").read_text()
+    g1 = status.index("GPU 1:")
+    status = status[:g1] + status[g1:].replace("Link 5: 26.562 GB/s", "Link 5: <inactive>", 1)
+    errors = (FIX / "nvidia-smi-nvlink-e.txt").read_text().replace(
+        "Link 2: Replay Errors: 0", "Link 2: Replay Errors: 7", 1)
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": status, "nvidia-smi_nvlink_-e": errors})
+    bad = fails(run("nvlink.links", ctx), ctx)
+    got = sorted((v.metric, v.labels["gpu"], v.labels.get("link")) for v in bad)
+    assert got == [("nvlink.links_up", "1", None), ("nvlink.replay_errors", "0", "2")]
+    assert "NVLink 2" in [v for v in bad if v.metric == "nvlink.replay_errors"][0].message
+
+
+def test_nvlink_topology_lost_bond(tmp_path):
+    topo = (FIX / "nvidia-smi-topo-m.txt").read_text().replace("NV18", "NV12")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_topo_-m": topo})
+    bad = fails(run("nvlink.topology", ctx), ctx)
+    got = [(v.metric, v.labels["pair"], v.value) for v in bad]
+    assert got == [("nvlink.pair_links", "0-1", 12)]
+
+
+def test_fabric_state_not_completed(tmp_path):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml_fault(GPU1, state="In Progress")})
+    bad = fails(run("fabric.state", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"]) for v in bad] == [("gpu.fabric_state", "1")]
+    assert "nvidia-fabricmanager" in bad[0].remediation
+
+
+def test_kernel_cmdline_and_nouveau(tmp_path):
+    ctx = make_ctx(tmp_path)
+    (ctx.sysroot / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz ro\n")
+    (ctx.sysroot / "proc/modules").write_text("nouveau 1 0 - Live 0x0\n")
+    bad = fails(run("kernel.cmdline", ctx), ctx) + fails(run("kernel.nouveau", ctx), ctx)
+    assert sorted(v.metric for v in bad) == ["kernel.cmdline_token", "kernel.nouveau_loaded"]
+    assert "iommu=pt" in bad[0].message
+
+
+def test_health_delta_catches_new_errors(tmp_path):
+    from validation.checks.health_delta import read_counters
+
+    ctx = make_ctx(tmp_path)
+    ctx.cache["health.start"] = read_counters(ctx)
+    # during the "run": GPU 1 gains an uncorrectable error and a PCIe replay; GPU 0's replay
+    # counter was already 1 at boot (capture) and stays: no delta there
+    ctx.outputs[("nvidia-smi", "-q", "-x")] = xml_fault(GPU1, dram_uncorrectable="1",
+                                                        replay_counter="4")
+    bad = fails(run("health.delta", ctx), ctx)
+    assert sorted((v.metric, v.labels["gpu"], v.value) for v in bad) == [
+        ("health.delta.ecc_uncorrected", "1", 1.0), ("health.delta.pcie_replay", "1", 4.0)]
+
+
+def test_health_delta_without_start_is_an_error(tmp_path):
+    ctx = make_ctx(tmp_path)
+    with pytest.raises(RuntimeError):
+        run("health.delta", ctx)
+
+
+def test_no_nvlink_visible_is_skipped_and_fails_when_required(tmp_path):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": "", "nvidia-smi_nvlink_-e": ""})
+    with pytest.raises(CheckSkipped):
+        run("nvlink.links", ctx)
+    skipped = CheckResult("nvlink.links", "skipped", 0.0, (), "no NVLink", ("gpu", "nvlink"))
+    assert [v.outcome for v in judge([skipped], ctx.profile)
+            if v.metric == "check.status"] == ["fail"]

@@ -1,0 +1,135 @@
+"""The judge: thresholds, fleet outliers, repeats, and checks that did not run."""
+
+from __future__ import annotations
+
+import pytest
+
+from validation.judge import component, fleet_outliers, judge, judge_fleet, node_outcome
+from validation.model import CheckResult, Measurement, Threshold
+from validation.profile import load_profile, scope
+
+PROFILE = scope(load_profile("xe9680-h200"), gpus=2)
+
+
+def res(check="gpu.health", status="ok", ms=(), needs=("gpu",), msg=""):
+    return CheckResult(check, status, 0.1, tuple(ms), msg, needs)
+
+
+def gpu(i: int) -> dict[str, str]:
+    return {"gpu": str(i), "serial": f"SN{i}", "bus_id": f"0000:{i:02x}:00.0"}
+
+
+def test_fleet_outliers_mad():
+    vals = {f"g{i}": 780.0 + i for i in range(7)} | {"g7": 700.0}
+    assert fleet_outliers(vals, k=4) == {"g7"}
+    # higher is better: a GPU far above its peers is no fault
+    assert fleet_outliers({**vals, "g7": 900.0}, k=4) == set()
+    assert fleet_outliers({**vals, "g7": 900.0}, k=4, better="lower") == {"g7"}
+
+
+def test_fleet_outliers_identical_peers_and_too_few():
+    # MAD 0 (seven identical): a 5 % drop is still caught; identical values are not
+    assert fleet_outliers({**{f"g{i}": 100.0 for i in range(7)}, "g7": 95.0}, k=3) == {"g7"}
+    assert fleet_outliers({f"g{i}": 100.0 for i in range(8)}, k=3) == set()
+    assert fleet_outliers({"a": 1.0, "b": 100.0}, k=1) == set()
+
+
+@pytest.mark.parametrize("status", ["skipped", "error", "timeout"])
+def test_required_check_that_did_not_run_fails(status):
+    v = judge([res(status=status, msg="nvidia-smi not found")], PROFILE)
+    bad = [x for x in v if x.outcome == "fail"]
+    assert len(bad) == 1 and bad[0].metric == "check.status" and bad[0].value == status
+    assert "nvidia-smi not found" in bad[0].message
+    assert node_outcome(v) == "FAIL"
+
+
+def test_check_needing_what_profile_does_not_require_is_not_applicable():
+    p = scope(load_profile("xe9680-h200"), gpus=2, without=("nvme",))
+    (v,) = [x for x in judge([res("storage.nvme", "skipped", needs=("nvme",))], p)
+            if x.metric == "check.status"]
+    assert v.outcome == "not_applicable" and "does not require nvme" in v.message
+
+
+def test_judged_metric_without_threshold_fails():
+    class Bare:
+        thresholds = ()
+
+        def required_needs(self):
+            return frozenset({"gpu"})
+
+    v = judge([res(ms=[Measurement("gpu.temperature", 40, "C", gpu(0))])], Bare())
+    assert [x.outcome for x in v] == ["fail"] and "no threshold" in v[0].message
+    # informational metrics need none
+    assert judge([res(ms=[Measurement("gpu.serial", "x", "", gpu(0))])], Bare()) == []
+
+
+def test_unknown_metric_fails():
+    v = judge([res(ms=[Measurement("gpu.bogus", 1, "", {})])], PROFILE)
+    assert any(x.outcome == "fail" and "unknown metric" in x.message for x in v)
+
+
+def test_repeats_median_and_spread():
+    ms = [Measurement("gpu.temperature", t, "C", gpu(0)) for t in (40, 95, 41)]
+    (v,) = [x for x in judge([res(ms=ms)], PROFILE) if x.metric == "gpu.temperature"
+            and x.outcome != "not_applicable"]
+    assert v.outcome == "pass" and v.value == 41 and v.spread == {"min": 40, "max": 95, "n": 3}
+
+
+def test_outlier_below_floor_peers_fails_with_component():
+    t = Threshold("nvlink.link_speed", ">=", 20.0, "GB/s", "test", outlier_k=3)
+
+    class P:
+        thresholds = (t,)
+
+        def required_needs(self):
+            return frozenset({"gpu"})
+
+    ms = [Measurement("nvlink.link_speed", 26.562 if i != 5 else 21.0, "GB/s",
+                      {**gpu(i), "link": "0"}) for i in range(8)]
+    v = judge([res("nvlink.links", ms=ms)], P())
+    bad = [x for x in v if x.outcome == "fail"]
+    # above the 20 GB/s floor, but far below seven peers at 26.562
+    assert len(bad) == 1 and bad[0].labels["gpu"] == "5"
+    assert "robust deviations" in bad[0].message and "SN5" in bad[0].remediation
+
+
+def test_labelled_threshold_without_measurement_fails():
+    ms = [Measurement("kernel.cmdline_token", True, "", {"token": "other"})]
+    v = judge([res("kernel.cmdline", ms=ms, needs=())], PROFILE)
+    assert any(x.outcome == "fail" and x.labels == {"token": "iommu=pt"} for x in v)
+
+
+def test_value_none_fails():
+    ms = [Measurement("health.delta.ecc_uncorrected", None, "", {**gpu(0), "missing": "end"})]
+    v = judge([res("health.delta", ms=ms)], PROFILE)
+    assert [x.outcome for x in v if x.metric == "health.delta.ecc_uncorrected"] == ["fail"]
+
+
+def test_judge_fleet_node_outlier():
+    t = Threshold("nvlink.link_speed", ">=", 1.0, "GB/s", "test", outlier_k=3)
+
+    class P:
+        thresholds = (t,)
+
+        def required_needs(self):
+            return frozenset({"gpu"})
+
+    def node(speed: float) -> list[CheckResult]:
+        return [res("nvlink.links", ms=[Measurement("nvlink.link_speed", speed, "GB/s",
+                                                    {**gpu(i), "link": "0"}) for i in range(2)])]
+
+    out = judge_fleet({f"n{i}": node(26.5 if i != 2 else 20.0) for i in range(6)}, P())
+    bad = {n: [v for v in vs if v.outcome == "fail"] for n, vs in out.items()}
+    assert [n for n, vs in bad.items() if vs] == ["n2"]
+    assert bad["n2"][0].labels["node"] == "n2"
+
+
+def test_component_words():
+    assert component({"gpu": "3", "serial": "S", "bus_id": "0000:3b:00.0"}) == \
+        "GPU 3 (serial S, PCI 0000:3b:00.0)"
+    assert component({"nic": "mlx5_2", "port": "1"}) == "NIC mlx5_2 port 1"
+    assert component({"pair": "0-1"}) == "NVLink between GPUs 0 and 1"
+
+
+def test_incomplete_run_never_passes():
+    assert node_outcome([], finished=False) == "INCOMPLETE"

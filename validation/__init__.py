@@ -1,0 +1,1 @@
+"""Node-side validation suite: probes -> checks -> judge (see README.md)."""

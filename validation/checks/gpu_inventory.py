@@ -1,0 +1,74 @@
+"""Is this the GPU inventory the customer bought? Count, model, memory, firmware, software."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from validation.checks.common import gpu_labels, m, smi
+from validation.checks.registry import CheckSkipped, CommandFailed, Context, check
+from validation.model import Measurement
+from validation.probes.system import parse_driver_version
+
+XML = "artifacts/nvidia-smi-q-x.xml"
+
+
+@check("gpu.inventory", needs=("gpu",), timeout_s=90,
+       title="GPU count, model, memory, VBIOS, driver and CUDA versions, uniform across GPUs")
+def gpu_inventory(ctx: Context) -> Iterator[Measurement]:
+    rep = smi(ctx)
+    yield m("gpu.count", len(rep.gpus), artifact=XML)
+    yield m("gpu.driver_version", rep.driver_version, {"source": "nvidia-smi"})
+    if rep.cuda_version:
+        yield m("gpu.cuda_version", rep.cuda_version)
+    # the proc file is a cross-check of the loaded module; nvidia-smi's reading stands alone
+    if ctx.exists("/proc/driver/nvidia/version"):
+        yield m("gpu.driver_version", parse_driver_version(ctx.read("/proc/driver/nvidia/version")),
+                {"source": "proc"})
+    for g in rep.gpus:
+        lab = gpu_labels(g)
+        yield m("gpu.model", g.name, lab)
+        yield m("gpu.memory_total", g.memory_total_mib, lab)
+        yield m("gpu.vbios", g.vbios, lab)
+        yield m("gpu.uuid", g.uuid, lab)
+        yield m("gpu.serial", g.serial, lab)
+        if g.power_limit_w is not None:
+            yield m("gpu.power_limit", g.power_limit_w, lab)
+        yield m("gpu.persistence_mode", g.persistence_mode, lab)
+        yield m("gpu.mig_mode", g.mig_mode or "Disabled", lab)  # N/A: GPU without MIG
+    # one model, one VBIOS, one memory size on every GPU of a node
+    identity = {(g.name, g.vbios, g.memory_total_mib) for g in rep.gpus}
+    yield m("gpu.uniform", len(identity) == 1)
+
+
+def _nccl_from_dpkg(ctx: Context) -> str | None:
+    try:
+        out = ctx.run(["dpkg-query", "-W", "-f", "${Version}", "libnccl2"], timeout_s=20)
+    except (CheckSkipped, CommandFailed):
+        return None
+    v = re.match(r"(\d+\.\d+\.\d+)", out.strip())
+    return v.group(1) if v else None
+
+
+def _nccl_from_ldconfig(ctx: Context) -> str | None:
+    import os
+
+    try:
+        out = ctx.run(["ldconfig", "-p"], timeout_s=20)
+    except (CheckSkipped, CommandFailed):
+        return None
+    for ln in out.splitlines():
+        if "libnccl.so.2 " in ln or ln.strip().startswith("libnccl.so.2 "):
+            path = ln.split("=>")[-1].strip()
+            v = re.search(r"libnccl\.so\.(\d+\.\d+\.\d+)", os.path.realpath(path))
+            if v:
+                return v.group(1)
+    return None
+
+
+@check("nccl.version", needs=("gpu",), timeout_s=30, title="NCCL library version installed")
+def nccl_version(ctx: Context) -> Iterator[Measurement]:
+    version = _nccl_from_dpkg(ctx) or _nccl_from_ldconfig(ctx)
+    if version is None:
+        raise CheckSkipped("libnccl2 not found (dpkg-query, ldconfig)")
+    yield m("nccl.version", version)

@@ -1,0 +1,61 @@
+"""NVLink: links between every GPU pair (topo -m), every link up at speed, error counters."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from validation.checks.common import labels_by_index, m
+from validation.checks.registry import CheckSkipped, Context, check
+from validation.model import Measurement
+from validation.probes.nvidia_smi import (
+    parse_nvlink_errors,
+    parse_nvlink_status,
+    parse_topo,
+)
+
+_KINDS = {"replay": "nvlink.replay_errors", "recovery": "nvlink.recovery_errors",
+          "crc": "nvlink.crc_errors"}
+
+
+@check("nvlink.topology", needs=("gpu", "nvlink", "multi-gpu"), timeout_s=60,
+       title="NVLinks bonded between every GPU pair (nvidia-smi topo -m)")
+def nvlink_topology(ctx: Context) -> Iterator[Measurement]:
+    from validation.probes.nvidia_smi import nv_links
+
+    topo = parse_topo(ctx.run(["nvidia-smi", "topo", "-m"], artifact="nvidia-smi-topo-m.txt"))
+    index = {name: int(re.sub(r"\D", "", name)) for name in topo.gpus}
+    for a in topo.gpus:
+        for b in topo.gpus:
+            if index[a] < index[b]:
+                cell = topo.matrix.get((a, b), "")
+                yield m("nvlink.pair_links", nv_links(cell),
+                        {"pair": f"{index[a]}-{index[b]}", "path": cell},
+                        "artifacts/nvidia-smi-topo-m.txt")
+
+
+def nvlink_error_counters(ctx: Context) -> dict[int, dict[int, dict[str, int]]]:
+    return parse_nvlink_errors(ctx.run(["nvidia-smi", "nvlink", "-e"],
+                                       artifact="nvidia-smi-nvlink-e.txt"))
+
+
+@check("nvlink.links", needs=("gpu", "nvlink"), timeout_s=60,
+       title="every NVLink up at full speed, error counters")
+def nvlink_links(ctx: Context) -> Iterator[Measurement]:
+    labels = labels_by_index(ctx)
+    status = parse_nvlink_status(ctx.run(["nvidia-smi", "nvlink", "-s"],
+                                         artifact="nvidia-smi-nvlink-s.txt"))
+    if not status:
+        raise CheckSkipped("nvidia-smi nvlink -s lists no NVLink on any GPU")
+    for gpu, links in status.items():
+        lab = labels.get(gpu, {"gpu": str(gpu)})
+        yield m("nvlink.links_up", sum(v is not None for v in links.values()), lab)
+        for link, speed in links.items():
+            if speed is not None:
+                yield m("nvlink.link_speed", speed, {**lab, "link": str(link)})
+    for gpu, links in nvlink_error_counters(ctx).items():
+        lab = labels.get(gpu, {"gpu": str(gpu)})
+        for link, counters in links.items():
+            for kind, value in counters.items():
+                if kind in _KINDS:
+                    yield m(_KINDS[kind], value, {**lab, "link": str(link)})

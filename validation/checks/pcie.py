@@ -1,0 +1,64 @@
+"""PCIe: link generation and width of every GPU and NIC, GPU-NIC NUMA pairing, ACS."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from validation.checks.common import gpu_labels, m, smi
+from validation.checks.registry import CheckSkipped, Context, check
+from validation.model import Measurement
+from validation.probes.lspci import parse_lspci_vvv
+from validation.probes.nvidia_smi import short_bus_id
+from validation.probes.system import PciDevice, read_pci_devices
+
+
+def pci_devices(ctx: Context) -> list[PciDevice]:
+    return ctx.once("pci", lambda: read_pci_devices(ctx.path("/sys/bus/pci/devices")))
+
+
+@check("pcie.gpu_link", needs=("gpu",), timeout_s=60,
+       title="PCIe generation and width of every GPU (DCGM accepts Gen3; the profile decides)")
+def pcie_gpu_link(ctx: Context) -> Iterator[Measurement]:
+    for g in smi(ctx).gpus:
+        lab = gpu_labels(g)
+        yield m("gpu.pcie_gen", g.pcie_gen, {**lab, "max": str(g.pcie_gen_max)})
+        yield m("gpu.pcie_width", g.pcie_width, {**lab, "max": str(g.pcie_width_max)})
+
+
+def nics(ctx: Context) -> list[PciDevice]:
+    found = [d for d in pci_devices(ctx) if d.is_mellanox_nic]
+    if not found:
+        raise CheckSkipped("no Mellanox/NVIDIA ConnectX device under /sys/bus/pci/devices")
+    return found
+
+
+@check("pcie.nic_link", needs=("rdma",), timeout_s=30,
+       title="PCIe generation and width of every ConnectX NIC (sysfs)")
+def pcie_nic_link(ctx: Context) -> Iterator[Measurement]:
+    for d in nics(ctx):
+        lab = {"nic": d.address}
+        yield m("nic.pcie_gen", d.gen, lab)
+        yield m("nic.pcie_width", d.width, lab)
+
+
+@check("pcie.numa", needs=("gpu", "rdma"), timeout_s=30,
+       title="every GPU has an RDMA NIC on its NUMA node")
+def pcie_numa(ctx: Context) -> Iterator[Measurement]:
+    by_addr = {d.address: d for d in pci_devices(ctx)}
+    nic_nodes = [d.numa_node for d in nics(ctx)]
+    for g in smi(ctx).gpus:
+        dev = by_addr.get(short_bus_id(g.bus_id))
+        node = dev.numa_node if dev else None
+        # None: the platform reports no NUMA node (one domain), so every NIC is local
+        yield m("gpu.local_nics", sum(n == node for n in nic_nodes),
+                {**gpu_labels(g), "numa": str(node)})
+
+
+@check("pcie.acs", needs=("rdma",), timeout_s=60,
+       title="ACS redirect off on PCIe bridges (GPUDirect P2P/RDMA)")
+def pcie_acs(ctx: Context) -> Iterator[Measurement]:
+    devices = parse_lspci_vvv(ctx.run(["lspci", "-vvv"], timeout_s=60, artifact="lspci-vvv.txt"))
+    for d in devices:
+        if d.acs_ctl:
+            on = d.acs_ctl.get("ReqRedir", False) or d.acs_ctl.get("CmpltRedir", False)
+            yield m("pcie.acs_enabled", on, {"bridge": d.address})

@@ -1,0 +1,178 @@
+"""The check registry: what each check needs, and the context it runs in.
+
+A check is a function `fn(ctx) -> Iterable[Measurement]` registered with
+@check. It measures and never decides: the judge compares its measurements
+with the profile. A check that cannot run on this node raises CheckSkipped;
+whether that fails the node is the judge's call (it does when the profile
+requires what the check needs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from validation.model import Measurement
+
+NEEDS = (
+    "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
+    "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
+)
+LEVELS = ("quick", "standard", "burnin")
+
+CheckFn = Callable[["Context"], Iterable[Measurement]]
+
+
+class CheckSkipped(Exception):
+    """The node lacks what the check needs; the message says what."""
+
+
+class CommandFailed(RuntimeError):
+    """A probe command exited non-zero or ran past its timeout."""
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    fn: CheckFn
+    needs: tuple[str, ...]
+    levels: tuple[str, ...]
+    timeout_s: float
+    title: str
+
+
+_REGISTRY: dict[str, CheckSpec] = {}
+
+
+def check(
+    name: str,
+    *,
+    needs: tuple[str, ...] = (),
+    levels: tuple[str, ...] = LEVELS,
+    timeout_s: float = 120,
+    title: str = "",
+) -> Callable[[CheckFn], CheckFn]:
+    unknown = set(needs) - set(NEEDS)
+    if unknown:
+        raise ValueError(f"check {name}: unknown needs {sorted(unknown)}")
+    bad_levels = set(levels) - set(LEVELS)
+    if bad_levels:
+        raise ValueError(f"check {name}: unknown levels {sorted(bad_levels)}")
+
+    def register(fn: CheckFn) -> CheckFn:
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"check {name} registered twice")
+        doc = (fn.__doc__ or "").strip().splitlines()
+        _REGISTRY[name] = CheckSpec(name, fn, tuple(needs), tuple(levels), float(timeout_s),
+                                    title or (doc[0] if doc else name))
+        return fn
+
+    return register
+
+
+# modules whose import registers checks; workload_checks belongs to the workloads
+_CHECK_MODULES = (
+    "validation.checks.gpu_inventory",
+    "validation.checks.gpu_health",
+    "validation.checks.nvlink",
+    "validation.checks.pcie",
+    "validation.checks.fabric",
+    "validation.checks.network",
+    "validation.checks.storage",
+    "validation.checks.kernel",
+    "validation.checks.health_delta",  # last: reads the end-of-run counters
+)
+
+
+def all_checks() -> dict[str, CheckSpec]:
+    """Every registered check by name, in registration order."""
+    for mod in _CHECK_MODULES:
+        importlib.import_module(mod)
+    try:
+        importlib.import_module("validation.checks.workload_checks")
+    except ModuleNotFoundError as exc:
+        # absent is fine; a module it imports that is missing is a real error
+        if exc.name != "validation.checks.workload_checks":
+            raise
+    return dict(_REGISTRY)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Context:
+    profile: Any  # validation.profile.Profile
+    level: str
+    sysroot: Path = Path("/")
+    out: Path = Path(".")
+    site: dict[str, Any] = field(default_factory=dict)
+    # set by the runner: where events go and which check is running
+    stream: list[TextIO] = field(default_factory=list)
+    current_check: str = ""
+    # probe outputs shared by several checks in one pass (nvidia-smi -q -x)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        line = json.dumps({"event": event.pop("event"), "ts": _now(), **event})
+        for fh in self.stream:
+            fh.write(line + "\n")
+            fh.flush()
+
+    def progress(self, fraction: float, eta_s: float | None, label: str = "") -> None:
+        self.emit({"event": "progress", "check": self.current_check,
+                   "fraction": max(0.0, min(1.0, float(fraction))), "eta_s": eta_s,
+                   "label": label})
+
+    @property
+    def artifacts(self) -> Path:
+        return self.out / "artifacts"
+
+    def run(self, cmd: list[str], timeout_s: float = 60, artifact: str | None = None,
+            ok_codes: tuple[int, ...] = (0,)) -> str:
+        """Run a probe command and return its stdout; a missing tool skips the check."""
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                                  check=False, env={**os.environ, "LC_ALL": "C"})
+        except FileNotFoundError:
+            raise CheckSkipped(f"{cmd[0]} not found on this node") from None
+        except subprocess.TimeoutExpired:
+            raise CommandFailed(f"{' '.join(cmd)} ran past {timeout_s:g} s") from None
+        if artifact:
+            self.artifacts.mkdir(parents=True, exist_ok=True)
+            (self.artifacts / artifact).write_text(proc.stdout)
+        if proc.returncode not in ok_codes:
+            err = (proc.stderr or proc.stdout).strip().splitlines()
+            raise CommandFailed(
+                f"{' '.join(cmd)} exited {proc.returncode}: {err[-1] if err else 'no output'}"
+            )
+        return proc.stdout
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """Compute a probe result once per pass; failures are not cached."""
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
+    def path(self, path: str) -> Path:
+        return self.sysroot / path.lstrip("/")
+
+    def read(self, path: str) -> str:
+        """Read a file under the sysroot; a missing file raises FileNotFoundError."""
+        return self.path(path).read_text(errors="replace")
+
+    def exists(self, path: str) -> bool:
+        return self.path(path).exists()
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr)

@@ -1,0 +1,341 @@
+"""The judge: measurements + profile -> verdicts. Pure; runs on the node and the controller.
+
+Rules, in the order they apply:
+- a check that did not end "ok" fails when the profile requires what it needs
+  (skipped, crashed, timed out: never a pass); otherwise it is not applicable;
+- repeats of one metric with the same labels are judged on their median, and
+  the spread is reported;
+- every threshold whose labels match a measurement is applied; a judged metric
+  without any threshold fails (a limit nobody wrote is not a pass);
+- thresholds with outlier_k also compare each GPU (or node) with its peers:
+  more than k robust deviations on the bad side fails even above the floor;
+- a labelled threshold (one NVLink pair, one cmdline token) that matched no
+  measurement while its metric was measured fails: something went missing.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from validation import metrics
+from validation.model import CheckResult, Measurement, Threshold, Value, Verdict
+
+LabelKey = tuple[tuple[str, str], ...]
+# labels that name the entity compared in fleet outliers, not the kind of value
+ENTITY_LABELS = ("gpu", "serial", "bus_id", "node")
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> standard deviation
+
+
+def fleet_outliers(values_by_entity: dict[str, float], k: float,
+                   better: str = "higher") -> set[str]:
+    """Entities more than k robust deviations (median/MAD) on the bad side of their peers.
+
+    With fewer than 3 entities there is no majority to compare with: none is an outlier.
+    A MAD of zero (most peers identical) uses 1% of the median as the scale, so
+    one GPU far below seven identical ones is still caught.
+    """
+    if len(values_by_entity) < 3:
+        return set()
+    vals = list(values_by_entity.values())
+    med = statistics.median(vals)
+    mad = statistics.median(abs(v - med) for v in vals) * MAD_TO_SIGMA
+    scale = mad if mad > 0 else abs(med) * 0.01
+    if scale == 0:
+        return set()
+    out = set()
+    for name, v in values_by_entity.items():
+        z = (v - med) / scale
+        bad = -z if better == "higher" else z if better == "lower" else abs(z)
+        if bad > k:
+            out.add(name)
+    return out
+
+
+def component(labels: dict[str, str]) -> str:
+    """The part a technician acts on, in words."""
+    parts = []
+    if "gpu" in labels:
+        gpu = f"GPU {labels['gpu']}"
+        extra = [f"serial {labels['serial']}" for _ in [0] if labels.get("serial")]
+        if labels.get("bus_id"):
+            extra.append(f"PCI {labels['bus_id']}")
+        parts.append(gpu + (f" ({', '.join(extra)})" if extra else ""))
+    if "pair" in labels:
+        parts.append(f"NVLink between GPUs {labels['pair'].replace('-', ' and ')}")
+    if "link" in labels:
+        parts.append(f"NVLink {labels['link']}")
+    if "nic" in labels:
+        parts.append(f"NIC {labels['nic']}" + (f" port {labels['port']}" if "port" in labels
+                                               else ""))
+    elif "port" in labels:
+        parts.append(f"IB port {labels['port']}")
+    for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
+                      ("array", "md array"), ("token", "kernel parameter"),
+                      ("module", "module"), ("node", "node")):
+        if key in labels and not (key == "node" and "gpu" in labels):
+            parts.append(f"{what} {labels[key]}")
+    return ", ".join(parts) or "node"
+
+
+_REMEDIATION: list[tuple[str, str]] = [
+    (r"^gpu\.count$", "a GPU is missing: find its bus id in dmesg, reseat it (or the baseboard "
+                      "cable) and check its power; RMA if it stays missing"),
+    (r"^gpu\.(model|memory_total)$", "wrong part installed: compare with the order and "
+                                     "replace {c}"),
+    (r"^gpu\.vbios$", "update the VBIOS of {c} with the vendor firmware bundle"),
+    (r"^gpu\.uniform$", "GPUs differ in model, VBIOS or memory: bring every GPU to one "
+                        "firmware level"),
+    (r"^gpu\.(driver|cuda)_version$|^nccl\.version$",
+     "re-run provisioning (driver/CUDA/NCCL roles) to install the pinned versions"),
+    (r"^gpu\.power_limit$", "reset the power limit of {c} (nvidia-smi -pl) and check BMC power "
+                            "capping"),
+    (r"^gpu\.(persistence_mode|mig_mode|ecc_mode)$",
+     "re-run the driver role (persistence on, MIG off, ECC on) and reboot; {c}"),
+    (r"_pending$", "reset {c} (reboot the node) to apply the pending remap, then re-run; RMA "
+                   "by serial if it recurs"),
+    (r"^gpu\.(ecc_|remapped_rows|retired_)|^health\.delta\.(ecc|remapped)",
+     "RMA {c} by serial (memory errors)"),
+    (r"xid", "look up the XID in NVIDIA's XID catalog; reseat {c}, RMA by serial if it recurs"),
+    (r"^gpu\.throttle\.|^gpu\.temperature$",
+     "check cooling, fans, PSUs and BMC power capping for {c}"),
+    (r"^gpu\.pcie_|pcie_replay", "reseat {c} and its riser/cable; check the slot's BIOS link "
+                                 "settings; RMA if the link stays degraded"),
+    (r"^nic\.pcie_|^nic\.(count|model)$", "reseat {c}; check it is the ordered ConnectX model "
+                                         "in a Gen5 x16 slot"),
+    (r"^gpu\.local_nics$", "move a NIC to the NUMA node of {c} (riser/slot plan)"),
+    (r"^pcie\.acs", "disable ACS redirect on {c} (BIOS or setpci at boot)"),
+    (r"^nvlink\.|^health\.delta\.nvlink", "reseat {c} (baseboard/NVLink bridge), re-run; RMA "
+                                           "the GPU by serial if links stay down or errors rise"),
+    (r"^gpu\.fabric_state$|^fabricmanager\.|^nvswitch\.",
+     "restart nvidia-fabricmanager (systemctl restart nvidia-fabricmanager), check "
+     "/var/log/fabricmanager.log; {c}"),
+    (r"^ib\.|^health\.delta\.ib", "check cable and transceiver on {c} and the switch port"),
+    (r"^roce\.", "re-run the RoCE role (mlnx_qos trust and PFC) on {c}"),
+    (r"^kernel\.module_loaded$", "load {c} (modprobe) and enable it at boot"),
+    (r"^nvme\.", "reseat NVMe drives / check the backplane; {c}"),
+    (r"^raid\.", "re-run the RAID role (mdadm --assemble, mount /raid); replace a failed "
+                 "member of {c}"),
+    (r"^kernel\.cmdline", "re-run the kernel role to set {c} and reboot"),
+    (r"^kernel\.nouveau", "blacklist nouveau, rebuild the initramfs and reboot"),
+]
+
+
+def remediation(metric: str, labels: dict[str, str]) -> str:
+    c = component(labels)
+    for pattern, text in _REMEDIATION:
+        if re.search(pattern, metric):
+            return text.format(c=c)
+    return f"inspect {c}"
+
+
+def _labels_key(labels: dict[str, str]) -> LabelKey:
+    return tuple(sorted(labels.items()))
+
+
+def compare(op: str, value: Value, limit: Any) -> bool:
+    if value is None:
+        return False
+    if op == "~":
+        return re.search(str(limit), str(value)) is not None
+    if op == "in":
+        return value in limit
+    if isinstance(limit, bool) or isinstance(value, bool):
+        eq = value == limit
+    elif isinstance(limit, (int, float)) and isinstance(value, (int, float)):
+        eq = float(value) == float(limit)
+    else:
+        eq = str(value) == str(limit)
+    if op == "==":
+        return eq
+    if op == "!=":
+        return not eq
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return float(value) >= float(limit) if op == ">=" else float(value) <= float(limit)
+
+
+def _applies(t: Threshold, labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (t.labels or {}).items())
+
+
+def _required(profile: Any) -> frozenset[str]:
+    return profile.required_needs() if profile is not None else frozenset()
+
+
+def _status_verdicts(results: list[CheckResult], profile: Any) -> list[Verdict]:
+    required = _required(profile)
+    out = []
+    for r in results:
+        if r.status == "ok":
+            continue
+        missing = sorted(set(r.needs) - required)
+        if missing:
+            out.append(Verdict(
+                check=r.check, metric="check.status", outcome="not_applicable", value=r.status,
+                unit="", message=f"not applicable: the profile does not require "
+                                 f"{', '.join(missing)} ({r.message})".rstrip(" ()"),
+            ))
+            continue
+        what = {"skipped": "could not run", "error": "crashed or could not parse its probe",
+                "timeout": "ran past its time limit"}.get(r.status, r.status)
+        out.append(Verdict(
+            check=r.check, metric="check.status", outcome="fail", value=r.status, unit="",
+            message=f"required check {r.check} {what}: {r.message}",
+            remediation="install or repair what the check needs "
+                        f"({', '.join(r.needs) or 'nothing special'}) and re-run; "
+                        "a check that did not run is never a pass",
+        ))
+    return out
+
+
+Group = list[tuple[str, Measurement]]  # (check, measurement) repeats of one metric+labels
+
+
+def _groups(results: list[CheckResult]) -> dict[tuple[str, LabelKey], Group]:
+    groups: dict[tuple[str, LabelKey], Group] = defaultdict(list)
+    for r in results:
+        for meas in r.measurements:
+            groups[(meas.name, _labels_key(meas.labels))].append((r.check, meas))
+    return groups
+
+
+def _reduce(items: list[tuple[str, Measurement]]) -> tuple[Value, dict[str, float] | None]:
+    """Repeats -> (median, spread); a single value or non-numbers -> (last, None)."""
+    vals = [mm.value for _, mm in items]
+    nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(vals) > 1 and len(nums) == len(vals):
+        return statistics.median(nums), {"min": min(nums), "max": max(nums), "n": len(nums)}
+    return vals[-1], None
+
+
+def _fmt(v: Value) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def judge(results: list[CheckResult], profile: Any) -> list[Verdict]:
+    """Every verdict for one node's results under a profile (with site thresholds merged)."""
+    verdicts = _status_verdicts(results, profile)
+    thresholds: list[Threshold] = list(profile.thresholds) if profile is not None else []
+    groups = _groups(results)
+    reduced: dict[tuple[str, LabelKey], tuple[str, Value, dict[str, float] | None]] = {}
+    for key, items in groups.items():
+        value, spread = _reduce(items)
+        reduced[key] = (items[-1][0], value, spread)
+    matched: set[int] = set()
+    for (name, lkey), (check, value, spread) in reduced.items():
+        labels = dict(lkey)
+        metric = metrics.METRICS.get(name)
+        if metric is None:
+            verdicts.append(Verdict(check, name, "fail", value, "", labels,
+                                    message=f"{check} emitted unknown metric {name}",
+                                    remediation="fix the check: register the metric"))
+            continue
+        apply = [(i, t) for i, t in enumerate(thresholds)
+                 if t.metric == name and _applies(t, labels)]
+        if not apply:
+            if metric.judged:
+                verdicts.append(Verdict(
+                    check, name, "fail", value, metric.unit, labels, spread=spread,
+                    message=f"{name} = {_fmt(value)} on {component(labels)}: the profile has no "
+                            "threshold for it", remediation="add a threshold with provenance "
+                                                        "to the profile"))
+            continue
+        for i, t in apply:
+            matched.add(i)
+            ok = compare(t.op, value, t.value)
+            unit = f" {metric.unit}" if metric.unit else ""
+            if value is None:
+                msg = f"{name} could not be read on {component(labels)}"
+            else:
+                msg = (f"{name} = {_fmt(value)}{unit} on {component(labels)} "
+                       f"(limit {t.op} {t.value}{unit})")
+            verdicts.append(Verdict(check, name, "pass" if ok else "fail", value, metric.unit,
+                                    labels, t, msg, "" if ok else remediation(name, labels),
+                                    spread))
+    verdicts += _outlier_verdicts(reduced, thresholds)
+    measured = {name for name, _ in reduced}
+    for i, t in enumerate(thresholds):
+        if i in matched:
+            continue
+        if t.labels and t.metric in measured:
+            verdicts.append(Verdict(
+                "judge", t.metric, "fail", None, t.unit, dict(t.labels), t,
+                f"{t.metric} expected for {component(dict(t.labels))} but not measured",
+                remediation(t.metric, dict(t.labels))))
+        else:
+            verdicts.append(Verdict(
+                "judge", t.metric, "not_applicable", None, t.unit, dict(t.labels or {}), t,
+                f"{t.metric} not measured in this run (level, scope or a check that did not run)"))
+    return verdicts
+
+
+def _outlier_verdicts(reduced: dict[tuple[str, LabelKey], tuple[str, Value, Any]],
+                      thresholds: list[Threshold]) -> list[Verdict]:
+    out = []
+    for t in thresholds:
+        if not t.outlier_k:
+            continue
+        metric = metrics.get(t.metric)
+        # peers: same metric and same non-entity labels (e.g. same dtype), different GPU
+        peers: dict[LabelKey, dict[str, tuple[str, dict[str, str], float]]] = defaultdict(dict)
+        for (name, lkey), (check, value, _) in reduced.items():
+            if name != t.metric or not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            labels = dict(lkey)
+            if not _applies(t, labels):
+                continue
+            kind = tuple((k, v) for k, v in lkey if k not in ENTITY_LABELS)
+            entity = ",".join(f"{k}={labels[k]}" for k in ENTITY_LABELS if k in labels)
+            peers[kind][entity] = (check, labels, float(value))
+        for group in peers.values():
+            vals = {e: v for e, (_, _, v) in group.items()}
+            med = statistics.median(vals.values()) if vals else 0.0
+            for e in sorted(fleet_outliers(vals, t.outlier_k, metric.better)):
+                check, labels, v = group[e]
+                out.append(Verdict(
+                    check, t.metric, "fail", v, metric.unit, labels, t,
+                    f"{t.metric} = {_fmt(v)} on {component(labels)} is more than {t.outlier_k:g} "
+                    f"robust deviations from its peers (median {_fmt(med)})",
+                    remediation(t.metric, labels)))
+    return out
+
+
+def judge_fleet(node_results: dict[str, list[CheckResult]], profile: Any
+                ) -> dict[str, list[Verdict]]:
+    """Judge each node, then compare nodes: a node far below the others fails even above
+    the floor. Node values are each node's median over its GPUs of every outlier metric."""
+    verdicts = {node: judge(results, profile) for node, results in node_results.items()}
+    thresholds = [t for t in (profile.thresholds if profile is not None else ()) if t.outlier_k]
+    for t in thresholds:
+        metric = metrics.get(t.metric)
+        per_kind: dict[LabelKey, dict[str, float]] = defaultdict(dict)
+        for node, results in node_results.items():
+            vals_by_kind: dict[LabelKey, list[float]] = defaultdict(list)
+            for r in results:
+                for meas in r.measurements:
+                    if (meas.name == t.metric and isinstance(meas.value, (int, float))
+                            and not isinstance(meas.value, bool) and _applies(t, meas.labels)):
+                        kind = tuple(sorted((k, v) for k, v in meas.labels.items()
+                                            if k not in ENTITY_LABELS))
+                        vals_by_kind[kind].append(float(meas.value))
+            for kind, vals in vals_by_kind.items():
+                per_kind[kind][node] = statistics.median(vals)
+        for kind, by_node in per_kind.items():
+            med = statistics.median(by_node.values())
+            for node in sorted(fleet_outliers(by_node, t.outlier_k, metric.better)):
+                labels = {**dict(kind), "node": node}
+                verdicts[node].append(Verdict(
+                    "fleet", t.metric, "fail", by_node[node], metric.unit, labels, t,
+                    f"{t.metric} = {_fmt(by_node[node])} on node {node} is more than "
+                    f"{t.outlier_k:g} robust deviations from the other nodes "
+                    f"(median {_fmt(med)})", remediation(t.metric, labels)))
+    return verdicts
+
+
+def node_outcome(verdicts: list[Verdict], finished: bool = True) -> str:
+    if not finished:
+        return "INCOMPLETE"
+    return "FAIL" if any(v.outcome == "fail" for v in verdicts) else "PASS"

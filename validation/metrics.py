@@ -1,0 +1,151 @@
+"""Every metric name the suite may emit, with its unit and which way is better.
+
+A profile threshold names a metric from here and must use its unit, so a typo
+or a GB-vs-GiB slip is refused when the profile loads, not discovered when a
+node passes a check it never really took. Workload metrics are merged from
+validation/workloads/metrics.py (owned by the workloads) when it exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Literal
+
+Better = Literal["higher", "lower", "equal"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str  # "" for dimensionless counts, flags and strings
+    description: str
+    better: Better
+    # informational metrics are recorded (inventory, temperatures) but need no
+    # threshold; every judged metric without a threshold fails the node.
+    judged: bool = True
+
+
+def _m(name: str, unit: str, description: str, better: Better, judged: bool = True) -> Metric:
+    return Metric(name, unit, description, better, judged)
+
+
+_CORE: list[Metric] = [
+    # GPU inventory
+    _m("gpu.count", "", "GPUs visible to the driver", "equal"),
+    _m("gpu.model", "", "GPU product name", "equal"),
+    _m("gpu.memory_total", "MiB", "framebuffer memory per GPU", "equal"),
+    _m("gpu.vbios", "", "VBIOS version (matched as a regular expression)", "equal"),
+    _m("gpu.driver_version", "", "NVIDIA driver version", "equal"),
+    _m("gpu.cuda_version", "", "CUDA version the driver supports", "equal"),
+    _m("gpu.uniform", "", "true when model, VBIOS and memory agree on every GPU", "equal"),
+    _m("gpu.power_limit", "W", "enforced power limit", "equal"),
+    _m("gpu.serial", "", "board serial number", "equal", judged=False),
+    _m("gpu.uuid", "", "GPU UUID", "equal", judged=False),
+    _m("gpu.temperature", "C", "GPU core temperature", "lower"),
+    _m("gpu.persistence_mode", "", "persistence mode", "equal"),
+    _m("gpu.mig_mode", "", "MIG mode currently in force", "equal"),
+    _m("nccl.version", "", "NCCL library version installed", "equal"),
+    # GPU health
+    _m("gpu.ecc_mode", "", "ECC mode currently in force", "equal"),
+    _m("gpu.ecc_uncorrected_volatile", "", "uncorrectable ECC errors since boot", "lower"),
+    _m("gpu.ecc_uncorrected_aggregate", "", "uncorrectable ECC errors, lifetime", "lower"),
+    _m("gpu.ecc_corrected_volatile", "", "correctable ECC since boot", "lower", judged=False),
+    _m("gpu.retired_pages", "", "pages retired (pre-Ampere mechanism)", "lower"),
+    _m("gpu.retired_pages_pending", "", "a page retirement awaits a reset", "equal"),
+    _m("gpu.remapped_rows_uncorrectable", "", "rows remapped for uncorrectable errors", "lower"),
+    _m("gpu.remapped_rows_pending", "", "a row remap awaits a GPU reset", "equal"),
+    _m("gpu.remapped_rows_failure", "", "row remapping failed (GPU out of spare rows)", "equal"),
+    _m("gpu.xid_hardware", "", "hardware-class XID events since boot", "lower"),
+    _m("gpu.xid_other", "", "application-class XID events since boot", "lower", judged=False),
+    _m("gpu.throttle.hw_slowdown", "", "HW slowdown clock event active", "equal"),
+    _m("gpu.throttle.hw_thermal", "", "HW thermal slowdown clock event active", "equal"),
+    _m("gpu.throttle.hw_power_brake", "", "HW power brake clock event active", "equal"),
+    _m("gpu.throttle.sw_thermal", "", "SW thermal slowdown clock event active", "equal"),
+    _m("gpu.throttle.sw_power_cap", "", "SW power cap clock event active", "equal", judged=False),
+    # PCIe
+    _m("gpu.pcie_gen", "", "current PCIe link generation of the GPU", "higher"),
+    _m("gpu.pcie_width", "lanes", "current PCIe link width of the GPU", "higher"),
+    _m("nic.pcie_gen", "", "current PCIe link generation of the NIC", "higher"),
+    _m("nic.pcie_width", "lanes", "current PCIe link width of the NIC", "higher"),
+    _m("gpu.local_nics", "", "RDMA NICs on the GPU's NUMA node", "higher"),
+    _m("pcie.acs_enabled", "", "ACS source validation on a bridge above a GPU/NIC", "equal"),
+    # NVLink and NVSwitch
+    _m("nvlink.pair_links", "", "NVLinks bonded between two GPUs (topo -m NV#)", "equal"),
+    _m("nvlink.links_up", "", "active NVLinks of a GPU", "higher"),
+    _m("nvlink.link_speed", "GB/s", "per-link NVLink speed", "higher"),
+    _m("nvlink.replay_errors", "", "NVLink replay errors on a link", "lower"),
+    _m("nvlink.recovery_errors", "", "NVLink recovery errors on a link", "lower"),
+    _m("nvlink.crc_errors", "", "NVLink CRC errors on a link", "lower"),
+    _m("nvswitch.count", "", "NVSwitch devices the driver sees", "equal"),
+    _m("gpu.fabric_state", "", "NVLink fabric registration state of the GPU", "equal"),
+    _m("fabricmanager.active", "", "nvidia-fabricmanager service running", "equal"),
+    # network
+    _m("nic.count", "", "RDMA NIC ports (ibstat CAs)", "equal"),
+    _m("nic.model", "", "NIC model (CA type)", "equal"),
+    _m("nic.firmware", "", "NIC firmware version", "equal", judged=False),
+    _m("ib.port_state", "", "port logical state", "equal"),
+    _m("ib.phys_state", "", "port physical state", "equal"),
+    _m("ib.rate", "Gb/s", "port rate", "higher"),
+    _m("ib.link_layer", "", "InfiniBand or Ethernet", "equal"),
+    _m("ib.active_mtu", "B", "active MTU", "equal"),
+    _m("roce.trust", "", "QoS trust mode (mlnx_qos)", "equal"),
+    _m("roce.pfc_priority_enabled", "", "PFC on the RoCE priority", "equal"),
+    _m("roce.pfc_other_priorities", "", "PFC enabled on other priorities", "lower"),
+    _m("kernel.module_loaded", "", "kernel module loaded (labelled module=...)", "equal"),
+    # storage
+    _m("nvme.count", "", "NVMe data drives", "equal"),
+    _m("nvme.model", "", "NVMe drive model", "equal", judged=False),
+    _m("raid.assembled", "", "/raid md array assembled", "equal"),
+    _m("raid.degraded", "", "md array members missing", "lower"),
+    _m("raid.mounted", "", "/raid mounted", "equal"),
+    # kernel
+    _m("kernel.cmdline_token", "", "token present on the kernel command line", "equal"),
+    _m("kernel.nouveau_loaded", "", "nouveau module loaded", "equal"),
+    # run-level
+    _m("check.status", "", "how a check ended (ok/skipped/error/timeout)", "equal"),
+]
+
+# counters read at the start and the end of a run; the difference is judged
+HEALTH_COUNTERS: dict[str, str] = {
+    "ecc_uncorrected": "uncorrectable ECC errors",
+    "ecc_corrected": "correctable ECC errors",
+    "remapped_rows": "remapped rows (correctable + uncorrectable)",
+    "xid_hardware": "hardware-class XID events",
+    "pcie_replay": "PCIe replay counter",
+    "nvlink_replay": "NVLink replay errors",
+    "nvlink_recovery": "NVLink recovery errors",
+    "nvlink_crc": "NVLink CRC errors",
+    "ib_errors": "IB port error counters (symbol, link downed, rcv errors ...)",
+}
+for _key, _what in HEALTH_COUNTERS.items():
+    _CORE.append(
+        _m(f"health.delta.{_key}", "", f"increase during the run: {_what}", "lower",
+           judged=_key != "ecc_corrected")
+    )
+
+
+def _load() -> dict[str, Metric]:
+    found = {m.name: m for m in _CORE}
+    try:
+        mod = importlib.import_module("validation.workloads.metrics")
+    except ModuleNotFoundError as exc:
+        # only "the module does not exist" is fine; a broken import inside it must surface
+        if exc.name not in ("validation.workloads.metrics", "validation.workloads"):
+            raise
+        return found
+    for metric in getattr(mod, "WORKLOAD_METRICS", []):
+        if metric.name in found and found[metric.name] != metric:
+            raise ValueError(f"metric {metric.name} registered twice with different definitions")
+        found[metric.name] = metric
+    return found
+
+
+METRICS: dict[str, Metric] = _load()
+
+
+def get(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise KeyError(f"unknown metric {name!r}") from None

@@ -1,0 +1,299 @@
+"""Parsers for nvidia-smi output: -q -x, --query-gpu CSV, topo -m, nvlink -s / -e.
+
+Pure functions of the text; "N/A" becomes None so a value that the GPU does
+not report is never mistaken for zero.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+
+class ParseError(ValueError):
+    """The text is not the format the parser expects."""
+
+
+def _na(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = text.strip()
+    return None if text in ("N/A", "[N/A]", "", "Requested functionality has been deprecated") \
+        else text
+
+
+def _int(text: str | None) -> int | None:
+    v = _na(text)
+    if v is None:
+        return None
+    m = re.match(r"-?\d+", v)
+    return int(m.group()) if m else None
+
+
+def _float(text: str | None) -> float | None:
+    v = _na(text)
+    if v is None:
+        return None
+    m = re.match(r"-?\d+(\.\d+)?", v)
+    return float(m.group()) if m else None
+
+
+def _yes(text: str | None) -> bool | None:
+    v = _na(text)
+    return None if v is None else v.lower() in ("yes", "active", "enabled", "true")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    bus_id: str  # as nvidia-smi prints it: 00000000:00:06.0
+    name: str
+    serial: str | None
+    uuid: str
+    vbios: str
+    memory_total_mib: int | None
+    persistence_mode: str | None
+    mig_mode: str | None
+    ecc_mode: str | None
+    ecc_uncorrected_volatile: int | None  # dram + sram
+    ecc_uncorrected_aggregate: int | None
+    ecc_corrected_volatile: int | None
+    retired_pages: int | None  # single + double bit; None where the GPU has row remapping
+    retired_pages_pending: bool | None
+    remapped_rows_correctable: int | None
+    remapped_rows_uncorrectable: int | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failure: bool | None
+    pcie_gen: int | None
+    pcie_gen_max: int | None
+    pcie_width: int | None
+    pcie_width_max: int | None
+    pcie_replay: int | None
+    power_limit_w: float | None
+    temperature_c: float | None
+    fabric_state: str | None
+    fabric_status: str | None
+    clock_events: dict[str, bool] = field(default_factory=dict)  # short name -> active
+
+
+@dataclass(frozen=True)
+class SmiReport:
+    driver_version: str
+    cuda_version: str | None
+    gpus: tuple[GpuInfo, ...]
+
+
+# XML clock event element suffix -> the short names the metrics use
+_CLOCK_EVENTS = {
+    "gpu_idle": "idle",
+    "applications_clocks_setting": "app_clocks",
+    "sw_power_cap": "sw_power_cap",
+    "hw_slowdown": "hw_slowdown",
+    "hw_thermal_slowdown": "hw_thermal",
+    "hw_power_brake_slowdown": "hw_power_brake",
+    "sync_boost": "sync_boost",
+    "sw_thermal_slowdown": "sw_thermal",
+    "display_clocks_setting": "display_clocks",
+}
+
+
+def _sum(*vals: int | None) -> int | None:
+    present = [v for v in vals if v is not None]
+    return sum(present) if present else None
+
+
+def parse_query_xml(text: str) -> SmiReport:
+    """Parse `nvidia-smi -q -x`."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise ParseError(f"nvidia-smi -q -x: not XML ({exc})") from None
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"nvidia-smi -q -x: root is <{root.tag}>, not <nvidia_smi_log>")
+    gpus = []
+    for idx, g in enumerate(root.findall("gpu")):
+        def t(path: str, g: ET.Element = g) -> str | None:
+            return g.findtext(path)
+
+        events: dict[str, bool] = {}
+        reasons = g.find("clocks_event_reasons")
+        if reasons is None:  # drivers before 535 say "throttle"
+            reasons = g.find("clocks_throttle_reasons")
+        for child in reasons if reasons is not None else ():
+            suffix = re.sub(r"^clocks_(event|throttle)_reason_", "", child.tag)
+            if suffix in _CLOCK_EVENTS:
+                events[_CLOCK_EVENTS[suffix]] = (child.text or "").strip() == "Active"
+        minor = _int(t("minor_number"))
+        gpus.append(GpuInfo(
+            index=minor if minor is not None else idx,
+            bus_id=g.get("id", ""),
+            name=(t("product_name") or "").strip(),
+            serial=_na(t("serial")),
+            uuid=(t("uuid") or "").strip(),
+            vbios=(t("vbios_version") or "").strip(),
+            memory_total_mib=_int(t("fb_memory_usage/total")),
+            persistence_mode=_na(t("persistence_mode")),
+            mig_mode=_na(t("mig_mode/current_mig")),
+            ecc_mode=_na(t("ecc_mode/current_ecc")),
+            ecc_uncorrected_volatile=_sum(
+                _int(t("ecc_errors/volatile/dram_uncorrectable")),
+                _int(t("ecc_errors/volatile/sram_uncorrectable_parity")),
+                _int(t("ecc_errors/volatile/sram_uncorrectable_secded")),
+                _int(t("ecc_errors/volatile/sram_uncorrectable")),
+            ),
+            ecc_uncorrected_aggregate=_sum(
+                _int(t("ecc_errors/aggregate/dram_uncorrectable")),
+                _int(t("ecc_errors/aggregate/sram_uncorrectable_parity")),
+                _int(t("ecc_errors/aggregate/sram_uncorrectable_secded")),
+                _int(t("ecc_errors/aggregate/sram_uncorrectable")),
+            ),
+            ecc_corrected_volatile=_sum(
+                _int(t("ecc_errors/volatile/dram_correctable")),
+                _int(t("ecc_errors/volatile/sram_correctable")),
+            ),
+            retired_pages=_sum(
+                _int(t("retired_pages/multiple_single_bit_retirement/retired_count")),
+                _int(t("retired_pages/double_bit_retirement/retired_count")),
+            ),
+            retired_pages_pending=_yes(t("retired_pages/pending_retirement")),
+            remapped_rows_correctable=_int(t("remapped_rows/remapped_row_corr")),
+            remapped_rows_uncorrectable=_int(t("remapped_rows/remapped_row_unc")),
+            remapped_rows_pending=_yes(t("remapped_rows/remapped_row_pending")),
+            remapped_rows_failure=_yes(t("remapped_rows/remapped_row_failure")),
+            pcie_gen=_int(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
+            pcie_gen_max=_int(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+            pcie_width=_int(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
+            pcie_width_max=_int(t("pci/pci_gpu_link_info/link_widths/max_link_width")),
+            pcie_replay=_int(t("pci/replay_counter")),
+            power_limit_w=_float(t("gpu_power_readings/current_power_limit")
+                                 or t("power_readings/power_limit")),
+            temperature_c=_float(t("temperature/gpu_temp")),
+            fabric_state=_na(t("fabric/state")),
+            fabric_status=_na(t("fabric/status")),
+            clock_events=events,
+        ))
+    return SmiReport(
+        driver_version=(root.findtext("driver_version") or "").strip(),
+        cuda_version=_na(root.findtext("cuda_version")),
+        gpus=tuple(gpus),
+    )
+
+
+def parse_query_csv(text: str) -> list[dict[str, str | None]]:
+    """Parse `nvidia-smi --query-gpu=... --format=csv` (or --query-remapped-rows).
+
+    Keys are the query field names without the unit suffix ("memory.total");
+    values keep their unit text ("143771 MiB"); "[N/A]" becomes None.
+    """
+    rows = list(csv.reader(io.StringIO(text.strip()), skipinitialspace=True))
+    if not rows or not rows[0]:
+        raise ParseError("nvidia-smi CSV: empty")
+    header = [re.sub(r"\s*\[.*\]$", "", h.strip()) for h in rows[0]]
+    out = []
+    for row in rows[1:]:
+        if len(row) != len(header):
+            raise ParseError(f"nvidia-smi CSV: {len(row)} fields, header has {len(header)}")
+        out.append({h: _na(v) for h, v in zip(header, row, strict=True)})
+    return out
+
+
+@dataclass(frozen=True)
+class Topology:
+    gpus: tuple[str, ...]  # "GPU0", ...
+    matrix: dict[tuple[str, str], str]  # (GPU0, GPU1) -> "NV18" / "SYS" / ...
+    numa: dict[str, str | None]  # GPU0 -> NUMA affinity
+
+
+def parse_topo(text: str) -> Topology:
+    """Parse `nvidia-smi topo -m` (GPU rows; NIC rows and the legend are skipped)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the header is printed underlined
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ParseError("topo -m: empty")
+    cols = lines[0].split("\t")
+    cols = [c.strip() for c in cols if c.strip()]
+    devices = [c for c in cols if re.fullmatch(r"(GPU|NIC)\d+", c)]
+    if not devices:
+        raise ParseError("topo -m: no GPU columns in the header")
+    numa_col = cols.index("NUMA Affinity") if "NUMA Affinity" in cols else None
+    matrix: dict[tuple[str, str], str] = {}
+    numa: dict[str, str | None] = {}
+    gpus = []
+    for ln in lines[1:]:
+        parts = [p.strip() for p in ln.split("\t")]
+        if not parts or not re.fullmatch(r"GPU\d+", parts[0]):
+            continue
+        row, cells = parts[0], parts[1:]
+        gpus.append(row)
+        for dev, cell in zip(devices, cells, strict=False):
+            if dev != row:
+                matrix[(row, dev)] = cell
+        if numa_col is not None and numa_col < len(cells):
+            numa[row] = _na(cells[numa_col])
+    return Topology(gpus=tuple(gpus), matrix=matrix, numa=numa)
+
+
+def nv_links(cell: str) -> int:
+    """Links in a topo -m cell: NV18 -> 18; anything else (SYS, PIX) -> 0."""
+    m = re.fullmatch(r"NV(\d+)", cell.strip())
+    return int(m.group(1)) if m else 0
+
+
+_GPU_HDR = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]+)\)")
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
+    """Parse `nvidia-smi nvlink -s`: {gpu: {link: GB/s or None when inactive}}.
+
+    Empty output is what nvidia-smi prints when no GPU exposes NVLink (a 1-GPU VM
+    slice): {}; the check decides what that means.
+    """
+    if not text.strip():
+        return {}
+    out: dict[int, dict[int, float | None]] = {}
+    gpu: int | None = None
+    for ln in text.splitlines():
+        if m := _GPU_HDR.match(ln):
+            gpu = int(m.group(1))
+            out[gpu] = {}
+        elif m := re.match(r"\s*Link (\d+): (.*)$", ln):
+            if gpu is None:
+                raise ParseError("nvlink -s: link line before any GPU line")
+            speed = re.match(r"([\d.]+) GB/s", m.group(2).strip())
+            out[gpu][int(m.group(1))] = float(speed.group(1)) if speed else None
+    if not out:
+        raise ParseError("nvlink -s: no GPU found")
+    return out
+
+
+def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
+    """Parse `nvidia-smi nvlink -e`: {gpu: {link: {"replay": n, "recovery": n, "crc": n}}}.
+
+    Empty output (no NVLink exposed) gives {}.
+    """
+    if not text.strip():
+        return {}
+    out: dict[int, dict[int, dict[str, int]]] = {}
+    gpu: int | None = None
+    for ln in text.splitlines():
+        if m := _GPU_HDR.match(ln):
+            gpu = int(m.group(1))
+            out[gpu] = {}
+        elif m := re.match(r"\s*Link (\d+): (\w+) Errors: (\d+)", ln):
+            if gpu is None:
+                raise ParseError("nvlink -e: counter line before any GPU line")
+            kind = m.group(2).lower()
+            out[gpu].setdefault(int(m.group(1)), {})[kind] = int(m.group(3))
+    if not out:
+        raise ParseError("nvlink -e: no GPU found")
+    return out
+
+
+def short_bus_id(bus_id: str) -> str:
+    """00000000:00:06.0 -> 0000:00:06.0 (the form sysfs and lspci use)."""
+    bus_id = bus_id.strip().lower()
+    dom, _, rest = bus_id.partition(":")
+    return f"{dom[-4:]}:{rest}" if rest else bus_id

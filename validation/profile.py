@@ -1,0 +1,348 @@
+"""Hardware profiles: what the customer bought, and the limits it must meet.
+
+A profile YAML (validation/profiles/<name>.yml) holds the expected inventory
+and a list of thresholds. The inventory is turned into thresholds here
+(provenance: the inventory's own), so the judge sees one uniform list. A
+`-lab` variant says `extends: <base>` and `simulated: true`; it inherits the
+inventory and may override thresholds, but never loosen a health limit.
+Anything malformed raises ProfileError with a one-line message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from validation import metrics
+from validation.model import Threshold
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+OPS = (">=", "<=", "==", "!=", "in", "~")  # "~": string matches a regular expression
+
+# limits a lab variant may tighten but never loosen: they guard health, not speed
+HEALTH_PREFIXES = (
+    "health.", "gpu.ecc_", "gpu.remapped_", "gpu.retired_", "gpu.xid_", "nvlink.replay",
+    "nvlink.recovery", "nvlink.crc", "raid.degraded",
+)
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be trusted; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    simulated: bool
+    requires: frozenset[str]  # needs the node must have; a check needing them must pass
+    fabric: str  # default fabric ("ib" | "roce") when the site file does not say
+    inventory: dict[str, Any]
+    thresholds: tuple[Threshold, ...]
+    scope: dict[str, Any] = field(default_factory=dict)  # narrowing applied by scope()
+
+    def thresholds_for(self, metric: str) -> list[Threshold]:
+        return [t for t in self.thresholds if t.metric == metric]
+
+    def required_needs(self, site: dict[str, Any] | None = None) -> frozenset[str]:
+        """The needs this node must satisfy: the profile's plus the site's fabric."""
+        fabric = (site or {}).get("fabric", self.fabric)
+        req = set(self.requires)
+        if "rdma" in req and "rdma" not in self.scope.get("without", ()):
+            req.add(fabric)
+        return frozenset(req)
+
+    def gpu(self, key: str, default: Any = None) -> Any:
+        return self.inventory.get("gpu", {}).get(key, default)
+
+
+def _err(where: str, msg: str) -> ProfileError:
+    return ProfileError(f"{where}: {msg}")
+
+
+def check_threshold(raw: dict[str, Any], where: str) -> Threshold:
+    if not isinstance(raw, dict):
+        raise _err(where, "threshold must be a mapping")
+    for key in ("metric", "op", "value", "unit", "provenance"):
+        if key not in raw:
+            raise _err(where, f"threshold {raw.get('metric', '?')} has no {key}")
+    extra = set(raw) - {"metric", "op", "value", "unit", "provenance", "outlier_k", "labels"}
+    if extra:
+        raise _err(where, f"threshold {raw['metric']} has unknown keys {sorted(extra)}")
+    name = raw["metric"]
+    if name not in metrics.METRICS:
+        raise _err(where, f"unknown metric {name!r}")
+    metric = metrics.METRICS[name]
+    if str(raw["unit"]) != metric.unit:
+        raise _err(where, f"{name} is measured in {metric.unit or 'no unit'!r}, "
+                          f"threshold says {raw['unit']!r}")
+    if raw["op"] not in OPS:
+        raise _err(where, f"{name}: op {raw['op']!r} not one of {' '.join(OPS)}")
+    if not str(raw["provenance"]).strip():
+        raise _err(where, f"{name}: empty provenance")
+    k = raw.get("outlier_k")
+    if k is not None and (not isinstance(k, (int, float)) or k <= 0):
+        raise _err(where, f"{name}: outlier_k must be a positive number")
+    if raw["op"] in (">=", "<=") and not isinstance(raw["value"], (int, float)):
+        raise _err(where, f"{name}: {raw['op']} needs a number, got {raw['value']!r}")
+    labels = raw.get("labels")
+    return Threshold(metric=name, op=raw["op"], value=raw["value"], unit=str(raw["unit"]),
+                     provenance=str(raw["provenance"]), outlier_k=k,
+                     labels={str(a): str(b) for a, b in labels.items()} if labels else None)
+
+
+def _t(metric: str, op: str, value: Any, prov: str, labels: dict[str, str] | None = None
+       ) -> Threshold:
+    return Threshold(metric=metric, op=op, value=value, unit=metrics.get(metric).unit,
+                     provenance=prov, labels=labels)
+
+
+def expected_pair_links(inv: dict[str, Any]) -> dict[tuple[int, int], int]:
+    """NVLinks expected between every GPU pair, from the inventory's topology."""
+    count = int(inv.get("gpu", {}).get("count", 0))
+    nvl = inv.get("nvlink") or {}
+    if not nvl or count < 2:
+        return {}
+    per_pair = int(nvl["pair_links"])
+    topo = nvl.get("topology", "all-to-all")
+    if topo == "all-to-all":
+        groups = [list(range(count))]
+    elif topo in ("groups", "pairs"):
+        size = 2 if topo == "pairs" else int(nvl.get("group_size", 4))
+        groups = [list(range(i, min(i + size, count))) for i in range(0, count, size)]
+    else:
+        raise ProfileError(f"nvlink topology {topo!r} not one of all-to-all, groups, pairs")
+    group_of = {g: n for n, grp in enumerate(groups) for g in grp}
+    return {(a, b): per_pair if group_of[a] == group_of[b] else 0
+            for a, b in itertools.combinations(range(count), 2)}
+
+
+def inventory_thresholds(inv: dict[str, Any], prov: str) -> list[Threshold]:
+    """The inventory's expectations as thresholds (equal-to, or at-least for links)."""
+    out: list[Threshold] = []
+    gpu = inv.get("gpu") or {}
+    src = f"inventory ({prov})"
+    simple = {"count": "gpu.count", "model": "gpu.model", "memory_mib": "gpu.memory_total",
+              "cuda": "gpu.cuda_version", "nccl": "nccl.version",
+              "power_limit_w": "gpu.power_limit"}
+    for key, metric in simple.items():
+        if key in gpu:
+            out.append(_t(metric, "==", gpu[key], src))
+    if "vbios" in gpu:
+        out.append(_t("gpu.vbios", "~", gpu["vbios"], src))
+    if "driver_branch" in gpu:
+        out.append(_t("gpu.driver_version", "~", rf"^{re.escape(str(gpu['driver_branch']))}\.",
+                      src))
+    pcie = gpu.get("pcie") or {}
+    if pcie:
+        out.append(_t("gpu.pcie_gen", ">=", pcie["gen"], src))
+        out.append(_t("gpu.pcie_width", ">=", pcie["width"], src))
+    if gpu:
+        out += [
+            _t("gpu.uniform", "==", True, src),
+            _t("gpu.ecc_mode", "==", "Enabled", src),
+            _t("gpu.persistence_mode", "==", "Enabled", src),
+            _t("gpu.mig_mode", "==", "Disabled", src),
+        ]
+    nvl = inv.get("nvlink") or {}
+    if nvl:
+        out.append(_t("nvlink.links_up", ">=", nvl["links_per_gpu"], src))
+        out.append(_t("nvlink.link_speed", ">=", nvl["link_speed_gbs"], src))
+        for (a, b), n in expected_pair_links(inv).items():
+            out.append(_t("nvlink.pair_links", "==", n, src, {"pair": f"{a}-{b}"}))
+    nvs = inv.get("nvswitch") or {}
+    if nvs:
+        out.append(_t("nvswitch.count", "==", nvs["count"], src))
+        out.append(_t("gpu.fabric_state", "==", "Completed", src))
+        out.append(_t("fabricmanager.active", "==", True, src))
+    nic = inv.get("nic") or {}
+    if nic:
+        out.append(_t("nic.count", "==", nic["count"], src))
+        out.append(_t("nic.model", "~", nic["model"], src))
+        out.append(_t("ib.port_state", "==", "Active", src))
+        out.append(_t("ib.phys_state", "==", "LinkUp", src))
+        out.append(_t("ib.rate", ">=", nic["rate_gbps"], src))
+        out.append(_t("gpu.local_nics", ">=", 1, src))
+        out.append(_t("kernel.module_loaded", "==", True, src, {"module": "nvidia_peermem"}))
+        if nic.get("pcie"):
+            out.append(_t("nic.pcie_gen", ">=", nic["pcie"]["gen"], src))
+            out.append(_t("nic.pcie_width", ">=", nic["pcie"]["width"], src))
+    if "nvme" in inv:
+        out.append(_t("nvme.count", "==", inv["nvme"]["count"], src))
+    if "raid" in inv:
+        out += [_t("raid.assembled", "==", True, src), _t("raid.mounted", "==", True, src),
+                _t("raid.degraded", "<=", 0, src)]
+    for token in inv.get("kernel_cmdline") or ():
+        out.append(_t("kernel.cmdline_token", "==", True, src, {"token": str(token)}))
+    if "kernel_cmdline" in inv:
+        out.append(_t("kernel.nouveau_loaded", "==", False, src))
+    return out
+
+
+def _check_inventory(inv: Any, where: str) -> None:
+    if not isinstance(inv, dict) or not isinstance(inv.get("gpu"), dict):
+        raise _err(where, "inventory.gpu missing")
+    for key in ("count", "model", "memory_mib"):
+        if key not in inv["gpu"]:
+            raise _err(where, f"inventory.gpu.{key} missing")
+    peak = inv["gpu"].get("bf16_dense_tflops")
+    if peak is not None and (not isinstance(peak, dict) or peak.get("unit") != "TFLOP/s"
+                             or not str(peak.get("provenance", "")).strip()
+                             or not isinstance(peak.get("value"), (int, float))):
+        raise _err(where, "inventory.gpu.bf16_dense_tflops needs value, unit TFLOP/s, provenance")
+    if inv.get("nvlink"):
+        expected_pair_links(inv)  # raises on an unknown topology
+
+
+def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
+    """Limits that depend on the node's site settings (fabric, MTU, RoCE priority)."""
+    if "rdma" not in profile.requires:
+        return []
+    fabric = site.get("fabric", profile.fabric)
+    src = "site settings (inventory host_vars)" if site else f"profile default fabric {fabric}"
+    out = [_t("ib.link_layer", "==", "InfiniBand" if fabric == "ib" else "Ethernet", src),
+           _t("ib.active_mtu", "==", int(site.get("mtu", 4096)), src)]
+    if fabric == "roce":
+        prio = str(site.get("roce_priority", 3))
+        out += [_t("roce.trust", "==", str(site.get("roce_trust", "dscp")), src),
+                _t("roce.pfc_priority_enabled", "==", True, src, {"priority": prio}),
+                _t("roce.pfc_other_priorities", "<=", 0, src)]
+    return out
+
+
+def with_site(profile: Profile, site: dict[str, Any]) -> Profile:
+    """The profile as this node sees it: the site's fabric and its site-dependent limits."""
+    fabric = site.get("fabric", profile.fabric)
+    if fabric not in ("ib", "roce"):
+        raise ProfileError(f"site fabric must be ib or roce, not {fabric!r}")
+    extra = site_thresholds(site, profile)
+    return replace(profile, fabric=fabric, thresholds=profile.thresholds + tuple(extra))
+
+
+def _key(t: Threshold) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return t.metric, tuple(sorted((t.labels or {}).items()))
+
+
+def _looser(base: Threshold, new: Threshold) -> bool:
+    if base.op != new.op:
+        return True
+    if base.op == "<=":
+        return float(new.value) > float(base.value)
+    if base.op == ">=":
+        return float(new.value) < float(base.value)
+    return new.value != base.value
+
+
+def _read(name: str, directory: Path) -> dict[str, Any]:
+    path = directory / f"{name}.yml"
+    if not path.is_file():
+        known = ", ".join(list_profiles(directory)) or "none"
+        raise ProfileError(f"no profile {name!r} (known: {known})")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{path.name}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path.name}: must be a mapping")
+    return data
+
+
+def list_profiles(directory: Path = PROFILE_DIR) -> list[str]:
+    return sorted(p.stem for p in directory.glob("*.yml") if not p.stem.startswith("_"))
+
+
+def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
+    """Load a profile by name (or a path to a .yml) and check every threshold."""
+    p = Path(name_or_path)
+    if p.suffix in (".yml", ".yaml"):
+        if not p.is_file():
+            raise ProfileError(f"no profile file {name_or_path}")
+        directory, name = p.parent, p.stem
+    else:
+        name = name_or_path
+    data = _read(name, directory)
+    where = f"{name}.yml"
+    base_thresholds: list[Threshold] = []
+    if "extends" in data:
+        base = load_profile(str(data["extends"]), directory)
+        inv = base.inventory
+        base_thresholds = list(base.thresholds)
+        requires = set(data.get("requires", base.requires))
+        fabric = data.get("fabric", base.fabric)
+        if "inventory" in data:
+            raise _err(where, "a variant inherits the inventory; do not restate it")
+    else:
+        for key in ("inventory", "inventory_provenance", "requires"):
+            if key not in data:
+                raise _err(where, f"missing {key}")
+        inv = data["inventory"]
+        requires = set(data["requires"])
+        fabric = data.get("fabric", "ib")
+        base_thresholds = inventory_thresholds(inv, str(data["inventory_provenance"]))
+    from validation.checks.registry import NEEDS  # vocabulary of needs
+
+    unknown = requires - set(NEEDS)
+    if unknown:
+        raise _err(where, f"requires unknown needs {sorted(unknown)}")
+    if fabric not in ("ib", "roce"):
+        raise _err(where, f"fabric must be ib or roce, not {fabric!r}")
+    raw_thresholds: list[Any] = []
+    for inc in data.get("include") or ():
+        inc_path = directory / str(inc)
+        if not inc_path.is_file():
+            raise _err(where, f"include {inc} not found")
+        included = yaml.safe_load(inc_path.read_text()) or []
+        if not isinstance(included, list):
+            raise _err(where, f"include {inc} must be a list of thresholds")
+        raw_thresholds += included
+    raw_thresholds += data.get("thresholds") or []
+    own = [check_threshold(t, where) for t in raw_thresholds]
+    if "extends" not in data:
+        _check_inventory(inv, where)
+    merged = {_key(t): t for t in base_thresholds}
+    simulated = bool(data.get("simulated", False))
+    for t in own:
+        old = merged.get(_key(t))
+        if (old and "extends" in data and t.metric.startswith(HEALTH_PREFIXES)
+                and _looser(old, t)):
+            raise _err(where, f"{t.metric}: a variant may not loosen a health limit "
+                              f"({old.op} {old.value} -> {t.op} {t.value})")
+        merged[_key(t)] = t
+    return Profile(name=name, description=str(data.get("description", "")),
+                   simulated=simulated, requires=frozenset(requires), fabric=fabric,
+                   inventory=inv, thresholds=tuple(merged.values()))
+
+
+def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = ()) -> Profile:
+    """Narrow a profile to a partial machine (a 2-GPU VM slice of an HGX board).
+
+    The narrowing is recorded in profile.scope and the result, so a scoped pass
+    can never be mistaken for a full-machine pass.
+    """
+    unknown = set(without) - set(__import__("validation.checks.registry",
+                                            fromlist=["NEEDS"]).NEEDS)
+    if unknown:
+        raise ProfileError(f"--without: unknown needs {sorted(unknown)}")
+    inv = profile.inventory
+    thresholds = list(profile.thresholds)
+    if gpus is not None:
+        if gpus < 1 or gpus > int(inv.get("gpu", {}).get("count", 0)):
+            raise ProfileError(f"--gpus {gpus}: profile has {inv.get('gpu', {}).get('count')}")
+        inv = {**inv, "gpu": {**inv["gpu"], "count": gpus}}
+        pairs = {f"{a}-{b}" for a, b in itertools.combinations(range(gpus), 2)}
+        thresholds = [
+            replace(t, value=gpus) if t.metric == "gpu.count"
+            else t for t in thresholds
+            if t.metric != "nvlink.pair_links" or (t.labels or {}).get("pair") in pairs
+        ]
+    requires = profile.requires - set(without)
+    if gpus == 1:
+        requires -= {"multi-gpu"}
+    return replace(profile, inventory=inv, thresholds=tuple(thresholds),
+                   requires=frozenset(requires),
+                   scope={"gpus": gpus, "without": sorted(without)})

@@ -1,0 +1,182 @@
+"""Run the registered checks on this node: stream events, judge, write result.json.
+
+A re-run into an existing run directory moves the old one aside to
+DIR.previous-<UTC timestamp> so nothing of an earlier run leaks into this one
+and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import socket
+import sys
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from validation import judge as judge_mod
+from validation.checks.health_delta import read_counters
+from validation.checks.registry import CheckSkipped, CheckSpec, Context, all_checks
+from validation.model import SCHEMA_VERSION, CheckResult, Measurement
+from validation.profile import Profile
+
+HEALTH_CHECK = "health.delta"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def prepare_out(out: Path) -> Path | None:
+    """Start clean: an existing non-empty run dir is moved aside; returns where it went."""
+    moved = None
+    if out.exists() and any(out.iterdir()):
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        moved = out.with_name(f"{out.name}.previous-{stamp}")
+        shutil.move(str(out), str(moved))
+    (out / "artifacts").mkdir(parents=True, exist_ok=True)
+    return moved
+
+
+def select_checks(level: str, only: list[str] | None) -> list[CheckSpec]:
+    checks = all_checks()
+    if only:
+        unknown = [n for n in only if n not in checks]
+        if unknown:
+            raise ValueError(f"unknown check(s) {', '.join(unknown)}; "
+                             "`python -m validation checks` lists them")
+        chosen = [checks[n] for n in only]
+    else:
+        chosen = [c for c in checks.values() if level in c.levels]
+    # the end-of-run counters are read after everything else has run
+    return sorted(chosen, key=lambda c: c.name == HEALTH_CHECK)
+
+
+def run_check(spec: CheckSpec, ctx: Context, required: frozenset[str]) -> CheckResult:
+    ctx.current_check = spec.name
+    ctx.emit({"event": "check_started", "check": spec.name, "needs": list(spec.needs)})
+    missing = sorted(set(spec.needs) - required)
+    if missing:
+        return CheckResult(spec.name, "skipped", 0.0, (),
+                           f"profile does not require {', '.join(missing)}", spec.needs)
+    measurements: list[Measurement] = []
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            for meas in spec.fn(ctx):
+                measurements.append(meas)
+                ctx.emit({"event": "measurement", "check": spec.name,
+                          "measurement": meas.to_dict()})
+            outcome["status"] = "ok"
+        except CheckSkipped as exc:
+            outcome.update(status="skipped", message=str(exc))
+        except Exception as exc:  # a crashing check is a result, never a crashed run
+            outcome.update(status="error", message=f"{type(exc).__name__}: {exc}")
+
+    start = time.monotonic()
+    # a thread, so a hung probe times out the check instead of the whole run
+    worker = threading.Thread(target=body, name=f"check-{spec.name}", daemon=True)
+    worker.start()
+    worker.join(spec.timeout_s)
+    duration = time.monotonic() - start
+    if worker.is_alive():
+        return CheckResult(spec.name, "timeout", duration, tuple(measurements),
+                           f"no result after {spec.timeout_s:g} s", spec.needs)
+    return CheckResult(spec.name, outcome.get("status", "error"), duration, tuple(measurements),
+                       outcome.get("message", ""), spec.needs)
+
+
+def _inventory(results: list[CheckResult]) -> dict[str, Any]:
+    """Identity of the node for the report: GPU serials, VBIOS, driver, NICs, drives."""
+    inv: dict[str, Any] = {"gpus": {}, "nics": {}, "nvme": {}}
+    for r in results:
+        for meas in r.measurements:
+            lab = meas.labels
+            if meas.name in ("gpu.serial", "gpu.uuid", "gpu.vbios", "gpu.model",
+                             "gpu.memory_total") and "gpu" in lab:
+                entry = inv["gpus"].setdefault(lab["gpu"], {"bus_id": lab.get("bus_id")})
+                entry[meas.name.split(".", 1)[1]] = meas.value
+            elif meas.name in ("gpu.driver_version", "gpu.cuda_version", "nccl.version"):
+                inv[meas.name.replace(".", "_")] = meas.value
+            elif meas.name in ("nic.model", "nic.firmware") and "nic" in lab:
+                inv["nics"].setdefault(lab["nic"], {})[meas.name.split(".")[1]] = meas.value
+            elif meas.name == "nvme.model":
+                inv["nvme"][lab.get("device", "?")] = {"model": meas.value,
+                                                       "serial": lab.get("serial")}
+    return inv
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/"),
+              site: dict[str, Any] | None = None, only: list[str] | None = None,
+              stdout: TextIO = sys.stdout, bundle_sha256: str | None = None) -> dict[str, Any]:
+    """Run the suite and return the result dict (also written to out/result.json)."""
+    site = dict(site or {})
+    checks = select_checks(level, only)
+    prepare_out(out)
+    run_id = str(uuid.uuid4())
+    hostname = socket.gethostname()
+    node = str(site.get("node", hostname))
+    started = _now()
+    results: list[CheckResult] = []
+    finished = False
+    with (out / "events.jsonl").open("w") as events:
+        ctx = Context(profile=profile, level=level, sysroot=sysroot, out=out, site=site,
+                      stream=[stdout, events])
+        ctx.emit({"event": "run_started", "run_id": run_id, "node": node,
+                  "profile": profile.name, "level": level, "simulated": profile.simulated,
+                  "scope": profile.scope})
+        required = profile.required_needs()
+        try:
+            if any(c.name == HEALTH_CHECK for c in checks) and "gpu" in required:
+                try:
+                    ctx.cache["health.start"] = read_counters(ctx)
+                except Exception as exc:  # judged through the health.delta check
+                    ctx.cache["health.start"] = exc
+                ctx.cache.pop("smi", None)
+            for spec in checks:
+                result = run_check(spec, ctx, required)
+                results.append(result)
+                ctx.emit({"event": "check_finished", "check": spec.name,
+                          "result": result.to_dict()})
+            finished = True
+        finally:
+            verdicts = judge_mod.judge(results, profile)
+            outcome = judge_mod.node_outcome(verdicts, finished)
+            artifacts = {str(p.relative_to(out)): _sha256(p)
+                         for p in sorted((out / "artifacts").rglob("*")) if p.is_file()}
+            result = {
+                "schema_version": SCHEMA_VERSION, "run_id": run_id, "node": node,
+                "hostname": hostname, "profile": profile.name, "level": level,
+                "simulated": profile.simulated, "scope": profile.scope,
+                "started": started, "finished": _now(),
+                "tool_versions": {"python": platform.python_version(),
+                                  "nvidia_driver": _inventory(results).get(
+                                      "gpu_driver_version")},
+                "bundle_sha256": bundle_sha256,
+                "inventory": _inventory(results),
+                "checks": [r.to_dict() for r in results],
+                "verdicts": [v.to_dict() for v in verdicts],
+                "outcome": outcome,
+                "thresholds": [t.to_dict() for t in profile.thresholds],
+                "artifacts": artifacts,
+            }
+            tmp = out / "result.json.tmp"
+            tmp.write_text(json.dumps(result, indent=2, default=str))
+            tmp.replace(out / "result.json")
+            ctx.emit({"event": "run_finished", "outcome": outcome})
+    return result
