@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +78,11 @@ def run_playbook(
             forks=forks,
             quiet=quiet,
             event_handler=on_event,
-            envvars={"ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg")},
+            envvars={
+                "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
+                # ansible-playbook from the same environment as rackready
+                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+            },
         )
         stats = r.stats or {}
         per_host: dict[str, dict[str, int]] = {}
@@ -101,6 +107,8 @@ def report_run(result: RunResult, out=print) -> int:
             out(f"{host:<14} FAILED   {reason}")
         else:
             out(f"{host:<14} ok       changed={s.get('changed', 0)}")
+    if not hosts and result.rc != 0:
+        out(f"provisioning did not run ({result.status}); see the log")
     if result.stdout_path:
         out(f"log: {result.stdout_path}")
     failed = result.rc != 0 or any(h in result.failures for h in hosts)

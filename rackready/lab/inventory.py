@@ -26,13 +26,21 @@ PLATFORM_GROUPS = {
 
 
 def host_vars(spec: NodeSpec, drives: list[str]) -> dict:
-    return {
+    from rackready.lab.hwsim.sysroot import read_node_state
+
+    # What a site lists from its order sheet, read here off the simulated hardware.
+    compute = [n for n in read_node_state(spec.root)["nics"] if n["role"] == "compute"]
+    hv = {
         "ansible_host": spec.ip,
         "rackready_platform": spec.platform,
         "rackready_profile": spec.profile,
         "rackready_fabric": spec.fabric,
         "nvme_raid_devices": drives,
+        "rdma_network_mlx_devices": [n["bdf"] for n in compute],
     }
+    if spec.fabric == "roce":
+        hv["rdma_network_roce_interfaces"] = [n["netdev"] for n in compute]
+    return hv
 
 
 def group_vars() -> dict:

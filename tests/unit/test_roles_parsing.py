@@ -1,0 +1,110 @@
+"""The Jinja that reads tool output inside the roles, rendered by Ansible's own
+templar on real captures (nvidia-smi -q from ../shared/fixtures) or, for
+mlxconfig, on output written from its documented `query` format (no capture of
+it exists). Expressions are read from the role files, so a change there is tested.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
+ROOT = Path(__file__).resolve().parents[2]
+SMI_Q = ROOT.parent / "shared/fixtures/hgx-h200-2gpu/nvidia-smi-q.txt"
+if not SMI_Q.exists():
+    SMI_Q = ROOT / "rackready/lab/hwsim/captures/nvidia-smi-q.txt"
+
+
+def tasks(path: str) -> list[dict]:
+    return yaml.safe_load((ROOT / path).read_text())
+
+
+def task(path: str, name: str) -> dict:
+    return next(t for t in tasks(path) if t.get("name") == name)
+
+
+def render(expr: str, **variables):
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(expr)
+
+
+def fabric_ready(stdout: str) -> bool:
+    t = task("roles/fabric_manager/tasks/install.yml",
+             "Wait until every GPU's fabric state is Completed")
+    # Evaluated the way Ansible evaluates `until` (a conditional inside {% %}).
+    expr = "{% if " + t["until"].strip() + " %}True{% else %}False{% endif %}"
+    return render(expr, fabric_manager_register_fabric={"stdout": stdout}) in (True, "True")
+
+
+def test_fabric_wait_accepts_the_captured_completed_state():
+    assert fabric_ready(SMI_Q.read_text())
+
+
+def test_fabric_wait_rejects_one_gpu_still_in_progress():
+    # Variant: the second GPU's fabric state rewritten from Completed to In Progress.
+    text = SMI_Q.read_text()
+    line = "Fabric\n        State" + " " * 42 + ": "
+    head, sep, tail = text.rpartition(line + "Completed")
+    assert sep, "capture layout changed"
+    variant = head + line + "In Progress" + tail
+    assert not fabric_ready(variant)
+    assert not fabric_ready("")  # no fabric section at all is not ready
+
+
+def test_driver_state_read_from_the_capture():
+    t = task("roles/nvidia_driver/tasks/verify.yml", "Read the loaded driver state")
+    reg = {"stdout": SMI_Q.read_text(), "stderr": ""}
+    facts = {k: str(render(v, nvidia_driver_register_smi=reg)).strip()
+             for k, v in t["ansible.builtin.set_fact"].items()}
+    assert facts["nvidia_driver_loaded_version"] == "580.159.04"
+    assert facts["nvidia_driver_cuda_version"] == "13.0"
+    assert facts["__nvidia_driver_mismatch"] == "False"
+    mismatch = {"stdout": "",
+                "stderr": "Failed to initialize NVML: Driver/library version mismatch"}
+    assert str(render(t["ansible.builtin.set_fact"]["__nvidia_driver_mismatch"],
+                      nvidia_driver_register_smi=mismatch)).strip() == "True"
+
+
+def test_dcgm_flavour_from_the_capture():
+    t = task("roles/dcgm/tasks/main.yml", "Pick the DCGM flavour for the driver's CUDA major")
+    expr = t["ansible.builtin.set_fact"]["__dcgm_major"]
+    got = render(expr, dcgm_cuda_major=0, dcgm_register_smi={"stdout": SMI_Q.read_text()})
+    assert str(got).strip() == "13"
+    assert str(render(expr, dcgm_cuda_major=12, dcgm_register_smi={})).strip() == "12"
+
+
+MLXCONFIG_QUERY = """
+Device #1:
+----------
+
+Device type:        ConnectX7
+Name:               MCX75310AAS-NEA_Ax
+Description:        NVIDIA ConnectX-7 HHHL adapter card; 400Gb/s NDR IB; single-port OSFP
+Device:             0000:1a:00.0
+
+Configurations:                                          Next Boot
+        LINK_TYPE_P1                                     {link}
+        ADVANCED_PCI_SETTINGS                            True(1)
+"""
+
+
+@pytest.mark.parametrize("current,fabric,expected", [
+    ("IB(1)", "ib", []),
+    ("ETH(2)", "ib", [{"device": "0000:1a:00.0", "settings": {"LINK_TYPE_P1": 1}}]),
+    ("IB(1)", "roce", [{"device": "0000:1a:00.0", "settings": {"LINK_TYPE_P1": 2}}]),
+])
+def test_mlxconfig_changes_only_what_differs(current, fabric, expected):
+    main = task("roles/rdma_network/tasks/main.yml", "Import the ConnectX firmware tasks")
+    t = task("roles/rdma_network/tasks/firmware.yml", "Work out the settings that differ")
+    variables = {"rdma_network_fabric": fabric,
+                 "rdma_network_mlxconfig": {"ADVANCED_PCI_SETTINGS": 1}}
+    wanted = render(main["vars"]["__rdma_network_mlx_wanted"], **variables)
+    result = {"rc": 0, "item": "0000:1a:00.0", "stdout": MLXCONFIG_QUERY.format(link=current)}
+    changes = render(t["ansible.builtin.set_fact"]["rdma_network_mlx_changes"],
+                     __rdma_network_mlx_wanted=wanted,
+                     rdma_network_register_mlxq={"results": [result]})
+    assert changes == expected
