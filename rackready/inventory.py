@@ -50,8 +50,9 @@ def inventory_path(name: str) -> Path:
     return path
 
 
-def load(name: str) -> list[Node]:
-    """Every host in the inventory with the variables rackready needs."""
+def _hosts(name: str) -> tuple[Path, dict[str, dict]]:
+    """Every host of the inventory with its variables (vaulted values stay sealed)."""
+    from ansible import constants
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -59,8 +60,6 @@ def load(name: str) -> list[Node]:
 
     path = inventory_path(name)
     _check_yaml(path)
-    from ansible import constants
-
     constants.INVENTORY_UNPARSED_IS_FAILED = True
     loader = DataLoader()
     noise = io.StringIO()  # Ansible's parser warnings; the error below says it in one line
@@ -68,16 +67,29 @@ def load(name: str) -> list[Node]:
         with contextlib.redirect_stderr(noise):
             inv = InventoryManager(loader=loader, sources=[str(path)])
             varman = VariableManager(loader=loader, inventory=inv)
-            nodes = [
-                _node(host.name, varman.get_vars(host=host), path)
-                for host in sorted(inv.get_hosts(), key=lambda h: h.name)
-            ]
+            hosts = {h.name: varman.get_vars(host=h) for h in inv.get_hosts()}
     except AnsibleError as exc:
         first = str(exc).strip().splitlines()[0]
         raise UserError(f"{path}: malformed inventory: {first}") from None
+    return path, dict(sorted(hosts.items()))
+
+
+def load(name: str) -> list[Node]:
+    """The GPU nodes of an inventory: every host that names a hardware profile
+    (staging or mirror hosts have none and are not validated)."""
+    path, hosts = _hosts(name)
+    nodes = [_node(h, v, path) for h, v in hosts.items() if v.get("rackready_profile")]
     if not nodes:
-        raise UserError(f"{path}: no hosts in the inventory")
+        raise UserError(f"{path}: no host in the inventory has a rackready_profile")
     return nodes
+
+
+def find(name: str, inventory: str) -> Node:
+    path, hosts = _hosts(inventory)
+    if name not in hosts:
+        known = ", ".join(h for h, v in hosts.items() if v.get("rackready_profile"))
+        raise UserError(f"unknown node '{name}' in inventory '{inventory}' (nodes: {known})")
+    return _node(name, hosts[name], path)
 
 
 def _check_yaml(path: Path) -> None:
@@ -130,15 +142,4 @@ def _node(name: str, v: dict, path: Path) -> Node:
         known_hosts=known,
         sysroot=str(v.get("rackready_sysroot", "/")),
         lab=bool(v.get("rackready_lab", False)),
-    )
-
-
-def find(name: str, inventory: str) -> Node:
-    nodes = load(inventory)
-    for node in nodes:
-        if node.name == name:
-            return node
-    raise UserError(
-        f"unknown node '{name}' in inventory '{inventory}' "
-        f"(nodes: {', '.join(n.name for n in nodes)})"
     )
