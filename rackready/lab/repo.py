@@ -31,7 +31,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_LIST = PROJECT_ROOT / "roles" / "REQUIRED_DEBIAN_PACKAGES.txt"
 
 # Wheels for the node-side validation venv (lab nodes run Debian 12's Python 3.11).
-WHEELS = ("torch==2.13.0", "pyyaml")
+WHEELS = ("torch==2.13.0", "numpy", "pyyaml")
 
 
 def url() -> str:

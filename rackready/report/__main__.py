@@ -1,0 +1,5 @@
+"""python -m rackready.report {build,summary,sign,verify,diff} — see cli.main."""
+
+from rackready.report.cli import main
+
+raise SystemExit(main())

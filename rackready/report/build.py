@@ -1,0 +1,111 @@
+"""build_reports: run directory -> run_dir/report/{node-*.json, rack.json, html, pdf, junit}.
+
+JSON is always written (every other format renders from it). Rebuilding a run
+writes fresh, unsigned reports: a sign-off covers one exact content.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rackready.report.canonical import read_report, report_sha256, write_report
+from rackready.report.document import (
+    build_node_report,
+    build_rack_report,
+    fleet_stats,
+    now_iso,
+)
+from rackready.report.errors import ReportError
+from rackready.report.html import render_node_html, render_rack_html
+from rackready.report.junit import render_junit
+from rackready.report.loader import REPORT_DIRNAME, load_run
+from rackready.report.pdf import html_to_pdf
+from rackready.report.schema import validate_report
+
+FORMATS = frozenset({"json", "html", "pdf", "junit"})
+
+
+def build_documents(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rack report and node reports for a run, schema-checked, not written."""
+    data = load_run(Path(run_dir))
+    generated = now_iso()
+    fleet = fleet_stats(data.nodes)
+    node_docs = [build_node_report(n, data.run, fleet, generated) for n in data.nodes]
+    rack = build_rack_report(data, node_docs, generated)
+    for doc in (*node_docs, rack):
+        validate_report(doc)
+    return rack, node_docs
+
+
+def report_dir_for(run_dir: Path) -> Path:
+    return Path(run_dir) / REPORT_DIRNAME
+
+
+def build_reports(run_dir: Path, formats: set[str]) -> list[Path]:
+    """Write the requested formats (JSON always) into run_dir/report/; return the paths."""
+    unknown = set(formats) - FORMATS
+    if unknown:
+        raise ReportError(f"unknown report format(s) {sorted(unknown)}; choose from "
+                          f"{sorted(FORMATS)}")
+    rack, node_docs = build_documents(run_dir)
+    out = report_dir_for(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("node-*.*"):
+        stale.unlink()  # a re-run starts clean: no report of a node that is gone
+    written = []
+    for doc in node_docs:
+        path = out / f"node-{doc['node']}.json"
+        write_report(path, doc)
+        written.append(path)
+    write_report(out / "rack.json", rack)
+    written.append(out / "rack.json")
+    return written + render_reports(out, set(formats) - {"json"}, _prior=written)
+
+
+def load_report_dir(report_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Read rack.json and its node reports, refusing any whose content fails its hash."""
+    report_dir = Path(report_dir)
+    rack_path = report_dir / "rack.json"
+    rack = read_report(rack_path)
+    docs = [rack]
+    node_docs = []
+    for entry in rack.get("nodes", []):
+        doc = read_report(report_dir / entry["report"])
+        node_docs.append(doc)
+        docs.append(doc)
+    for doc in docs:
+        if doc["sha256"] != report_sha256(doc):
+            name = doc.get("node", "rack")
+            raise ReportError(f"{report_dir}: report for {name} does not match its sha256; "
+                              "rebuild it from the run directory")
+        validate_report(doc)
+    return rack, node_docs
+
+
+def render_reports(report_dir: Path, formats: set[str],
+                   _prior: list[Path] | None = None) -> list[Path]:
+    """Render HTML/JUnit/PDF from the JSON already in report_dir (PDF last)."""
+    rack, node_docs = load_report_dir(report_dir)
+    written: list[Path] = []
+    if "html" in formats or "pdf" in formats:
+        for doc in node_docs:
+            path = report_dir / f"node-{doc['node']}.html"
+            path.write_text(render_node_html(doc), encoding="utf-8")
+            written.append(path)
+        path = report_dir / "rack.html"
+        path.write_text(render_rack_html(rack, node_docs), encoding="utf-8")
+        written.append(path)
+    if "junit" in formats:
+        path = report_dir / "junit.xml"
+        path.write_text(render_junit(rack, node_docs), encoding="utf-8")
+        written.append(path)
+    if "pdf" in formats:
+        htmls = [report_dir / "rack.html"] + [report_dir / f"node-{d['node']}.html"
+                                             for d in node_docs]
+        for html in htmls:
+            try:
+                written.append(html_to_pdf(html, html.with_suffix(".pdf")))
+            except ReportError as e:
+                raise ReportError(str(e), written=[*(_prior or []), *written]) from None
+    return written

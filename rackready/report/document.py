@@ -1,0 +1,252 @@
+"""Build the report documents (the JSON source of truth) from loaded run data.
+
+Verdicts are copied from the judge's result, never re-judged. The single
+exception is refusing PASS: a partial result, a PASS with no verdicts, or a
+PASS that carries a failing verdict is not shown as PASS.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+from importlib import metadata
+from typing import Any
+
+from rackready.report.canonical import empty_signoff, seal
+from rackready.report.loader import NodeRun, RunData
+
+REPORT_SCHEMA_VERSION = "1.0"
+
+# Labels that make a measurement one point of a series (plotted, not tabled).
+SERIES_LABELS = ("t_s", "step", "size_bytes")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def generator_version() -> str:
+    try:
+        return metadata.version("rackready")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def is_series(labels: dict[str, str]) -> bool:
+    return any(k in labels for k in SERIES_LABELS)
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def node_outcome(node: NodeRun) -> tuple[str, list[str]]:
+    """The outcome to show and, where it differs from the node's claim, why."""
+    r = node.result
+    if not node.complete or r.get("outcome") == "INCOMPLETE":
+        return "INCOMPLETE", []
+    verdicts = [*r.get("verdicts", []), *r.get("fleet_verdicts", [])]
+    failing = [v for v in verdicts if v.get("outcome") == "fail"]
+    claimed = r["outcome"]
+    if claimed == "PASS" and not verdicts:
+        return "INCOMPLETE", ["the result says PASS but carries no verdicts"]
+    if claimed == "PASS" and failing:
+        return "FAIL", [f"the result says PASS but {len(failing)} verdict(s) failed"]
+    return claimed, []
+
+
+def _threshold_for(thresholds: list[dict[str, Any]], name: str,
+                   labels: dict[str, str]) -> dict[str, Any] | None:
+    """The profile limit for a measurement: same metric, and labels (when the limit
+    has any, e.g. one NVLink pair) all present on the measurement."""
+    for t in thresholds:
+        tl = t.get("labels") or {}
+        if t.get("metric") == name and all(labels.get(k) == str(v) for k, v in tl.items()):
+            return t
+    return None
+
+
+def _verdict_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for scope, key in (("node", "verdicts"), ("fleet", "fleet_verdicts")):
+        for v in result.get(key, []):
+            rows.append({
+                "check": v["check"], "metric": v["metric"], "outcome": v["outcome"],
+                "value": v.get("value"), "unit": v.get("unit", ""),
+                "labels": {str(k): str(x) for k, x in (v.get("labels") or {}).items()},
+                "threshold": v.get("threshold"), "message": v.get("message", ""),
+                "remediation": v.get("remediation", ""), "spread": v.get("spread"),
+                "scope": scope,
+            })
+    return rows
+
+
+def _measurements(result: dict[str, Any]) -> list[dict[str, Any]]:
+    thresholds = list(result.get("thresholds", []))
+    out = []
+    for c in result.get("checks", []):
+        for m in c.get("measurements", []):
+            labels = {str(k): str(x) for k, x in (m.get("labels") or {}).items()}
+            t = _threshold_for(thresholds, m.get("name", ""), labels)
+            out.append({
+                "check": c["check"], "name": m["name"], "value": m.get("value"),
+                "unit": m.get("unit", ""), "labels": labels, "artifact": m.get("artifact"),
+                "series": is_series(labels),
+                # Provenance travels with the measurement so a reader never has to
+                # look the limit up elsewhere.
+                "threshold": None if t is None else {
+                    "op": t["op"], "value": t["value"], "unit": t.get("unit", ""),
+                    "provenance": t.get("provenance", "")},
+            })
+    return out
+
+
+def _golden_loss(result: dict[str, Any]) -> list[dict[str, float]]:
+    """The profile's golden loss curve, from result["extra"]["golden_loss"].
+
+    Accepted shapes: [[step, loss], ...], [{"step": s, "loss": l}, ...] or
+    {"step": loss} (the profile's fsdp_golden form).
+    """
+    raw = (result.get("extra") or {}).get("golden_loss") or []
+    if isinstance(raw, dict):
+        raw = [[float(k), v] for k, v in raw.items()
+               if str(k).lstrip("-").replace(".", "", 1).isdigit()]
+    out = []
+    for p in raw:
+        if isinstance(p, dict) and is_number(p.get("step")) and is_number(p.get("loss")):
+            out.append({"step": float(p["step"]), "loss": float(p["loss"])})
+        elif isinstance(p, list | tuple) and len(p) == 2 and all(map(is_number, p)):
+            out.append({"step": float(p[0]), "loss": float(p[1])})
+    return out
+
+
+def _artifacts(node: NodeRun) -> list[dict[str, Any]]:
+    """Hash recorded on the node vs hash of the fetched copy, per raw artifact."""
+    recorded: dict[str, str] = node.result.get("artifacts") or {}
+    fetched: dict[str, str] = {}
+    for rel, digest in node.artifact_files.items():
+        # The node may record paths relative to its out dir or to artifacts/.
+        short = rel.removeprefix("artifacts/")
+        key = rel if rel in recorded or short not in recorded else short
+        fetched[key] = digest
+    rows = []
+    for rel in sorted(set(recorded) | set(fetched)):
+        want, got = recorded.get(rel), fetched.get(rel)
+        if want is None:
+            status = "unrecorded"
+        elif got is None:
+            status = "missing"
+        else:
+            status = "ok" if got == want else "mismatch"
+        rows.append({"path": rel, "sha256": want or got, "fetched_sha256": got,
+                     "status": status})
+    return rows
+
+
+def per_gpu_values(nodes: list[NodeRun]) -> dict[str, list[dict[str, Any]]]:
+    """metric -> [{node, gpu, value, unit}] for per-GPU scalar numbers across the fleet."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for n in nodes:
+        for c in n.result.get("checks", []):
+            for m in c.get("measurements", []):
+                labels = m.get("labels") or {}
+                if "gpu" in labels and not is_series(labels) and is_number(m.get("value")):
+                    out.setdefault(m["name"], []).append({
+                        "node": n.name, "gpu": str(labels["gpu"]),
+                        "value": float(m["value"]), "unit": m.get("unit", "")})
+    return out
+
+
+def fleet_stats(nodes: list[NodeRun]) -> dict[str, Any]:
+    per_gpu = per_gpu_values(nodes)
+    return {
+        "nodes": len(nodes),
+        "medians": {
+            metric: {"median": statistics.median(r["value"] for r in rows),
+                     "unit": rows[0]["unit"], "n": len(rows)}
+            for metric, rows in sorted(per_gpu.items())
+        },
+    }
+
+
+def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
+                      generated: str) -> dict[str, Any]:
+    r = node.result
+    outcome, notes = node_outcome(node)
+    checks = [{
+        "check": c["check"], "status": c["status"],
+        "duration_s": float(c.get("duration_s", 0.0)), "message": c.get("message", ""),
+        "needs": list(c.get("needs", [])), "measurement_count": len(c.get("measurements", [])),
+    } for c in r.get("checks", [])]
+    doc = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": "node",
+        "run_id": str(r.get("run_id") or run["run_id"]),
+        "node": node.name,
+        "hostname": r.get("hostname"),
+        "generated": generated,
+        "started": r.get("started"),
+        "finished": r.get("finished"),
+        "simulated": bool(r.get("simulated", False)),
+        "profile": r.get("profile"),
+        "level": r.get("level"),
+        "result_schema_version": r.get("schema_version"),
+        "tool_versions": {str(k): str(v) for k, v in (r.get("tool_versions") or {}).items()
+                          if v is not None},
+        "generator": {"name": "rackready.report", "version": generator_version()},
+        "bundle_sha256": r.get("bundle_sha256"),
+        "outcome": outcome,
+        "claimed_outcome": r.get("outcome"),
+        "complete": node.complete,
+        "problems": [*node.problems, *notes],
+        "inventory": r.get("inventory") or {},
+        "thresholds": list(r.get("thresholds", [])),
+        "checks": checks,
+        "verdicts": _verdict_rows(r),
+        "measurements": _measurements(r),
+        "golden_loss": _golden_loss(r),
+        "fleet": fleet,
+        "artifacts": _artifacts(node),
+        "signoff": empty_signoff(),
+    }
+    return seal(doc)
+
+
+def _failure_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v[k] for k in ("check", "metric", "labels", "message", "remediation", "scope")}
+            for v in doc["verdicts"] if v["outcome"] == "fail"]
+
+
+def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
+                      generated: str) -> dict[str, Any]:
+    outcomes = [d["outcome"] for d in node_docs]
+    if "FAIL" in outcomes:
+        outcome = "FAIL"
+    elif "INCOMPLETE" in outcomes:
+        outcome = "INCOMPLETE"
+    else:
+        outcome = "PASS"
+    run = data.run
+    doc = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": "rack",
+        "run_id": str(run["run_id"]),
+        "inventory": run.get("inventory"),
+        "generated": generated,
+        "started": run.get("started"),
+        "finished": run.get("finished"),
+        "simulated": any(d["simulated"] for d in node_docs),
+        "operator_info": {str(k): str(v) for k, v in (run.get("operator") or {}).items()},
+        "generator": {"name": "rackready.report", "version": generator_version()},
+        "outcome": outcome,
+        "counts": {k: outcomes.count(k) for k in ("PASS", "FAIL", "INCOMPLETE")},
+        "nodes": [{
+            "node": d["node"], "outcome": d["outcome"], "simulated": d["simulated"],
+            "profile": d["profile"], "level": d["level"], "report": f"node-{d['node']}.json",
+            "report_sha256": d["sha256"], "failures": _failure_rows(d),
+            "problems": d["problems"],
+        } for d in node_docs],
+        "fleet": {**node_docs[0]["fleet"], "per_gpu": per_gpu_values(data.nodes)},
+        "signoff": empty_signoff(),
+    }
+    return seal(doc)

@@ -1,0 +1,68 @@
+"""JUnit XML for CI systems: one testsuite per node, one testcase per verdict.
+
+fail -> <failure> (message and remediation); not_applicable -> <skipped> (reason);
+an incomplete node gets an <error> testcase so CI can never read it as green.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from rackready.report import naming
+
+
+def _case_name(v: dict[str, Any]) -> str:
+    labels = naming.labels_text(v["labels"])
+    return f"{v['metric']}[{labels}]" if labels else v["metric"]
+
+
+def node_suite(doc: dict[str, Any]) -> ET.Element:
+    suite = ET.Element("testsuite", name=doc["node"], timestamp=doc.get("started") or "")
+    props = ET.SubElement(suite, "properties")
+    for k in ("run_id", "profile", "level", "outcome", "simulated", "sha256"):
+        ET.SubElement(props, "property", name=k, value=str(doc.get(k)))
+    failures = skipped = errors = 0
+    for v in doc["verdicts"]:
+        case = ET.SubElement(suite, "testcase", name=_case_name(v),
+                             classname=f"rackready.{doc['node']}.{v['check']}")
+        if v["outcome"] == "fail":
+            failures += 1
+            where = naming.component(v["labels"], doc["inventory"])
+            msg = v["message"] or f"{v['metric']} failed"
+            f = ET.SubElement(case, "failure", message=msg, type=f"{v['scope']}-threshold")
+            f.text = "\n".join(filter(None, [
+                f"component: {where}" if where else "",
+                f"measured: {naming.value_text(v['value'], v['unit'])}",
+                f"required: {naming.threshold_text(v['threshold'])}"
+                + (f" ({v['threshold']['provenance']})" if v["threshold"] else ""),
+                f"remediation: {v['remediation'] or 'none recorded'}",
+            ]))
+        elif v["outcome"] == "not_applicable":
+            skipped += 1
+            ET.SubElement(case, "skipped", message=v["message"] or "not applicable")
+    if doc["outcome"] == "INCOMPLETE" or doc["problems"]:
+        case = ET.SubElement(suite, "testcase", name="run_complete",
+                             classname=f"rackready.{doc['node']}.run")
+        if doc["outcome"] == "INCOMPLETE":
+            errors += 1
+            e = ET.SubElement(case, "error", message="the node's run is incomplete",
+                              type="incomplete")
+            e.text = "\n".join(doc["problems"]) or "no result.json"
+    durations = sum(c["duration_s"] for c in doc["checks"])
+    suite.set("tests", str(len(suite.findall("testcase"))))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    suite.set("time", f"{durations:.3f}")
+    return suite
+
+
+def render_junit(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> str:
+    root = ET.Element("testsuites", name=f"rackready {rack['run_id']}")
+    for doc in node_docs:
+        root.append(node_suite(doc))
+    for k in ("tests", "failures", "errors", "skipped"):
+        root.set(k, str(sum(int(s.get(k, "0")) for s in root)))
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

@@ -1,0 +1,43 @@
+"""The terminal summary: one row per node, failed checks with the component named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rackready.report import naming
+
+
+def _failed(doc: dict[str, Any]) -> list[str]:
+    out = []
+    for v in doc["verdicts"]:
+        if v["outcome"] == "fail":
+            where = naming.component(v["labels"], doc["inventory"])
+            out.append(f"{v['check']}/{v['metric']}" + (f" on {where}" if where else ""))
+    if doc["outcome"] == "INCOMPLETE":
+        out.insert(0, "run incomplete: " + ("; ".join(doc["problems"]) or "no result.json"))
+    return out
+
+
+def summary_table(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> str:
+    rows = [(d["node"], d["outcome"], _failed(d)) for d in node_docs]
+    w_node = max(len("NODE"), *(len(r[0]) for r in rows))
+    lines = []
+    if rack["simulated"]:
+        lines.append("SIMULATED run (lab hardware): not a hardware acceptance")
+    lines.append(f"run {rack['run_id']}: {rack['outcome']}  "
+                 f"({rack['counts']['PASS']} pass, {rack['counts']['FAIL']} fail, "
+                 f"{rack['counts']['INCOMPLETE']} incomplete)")
+    lines.append(f"{'NODE':<{w_node}}  {'OUTCOME':<10}  FAILED CHECKS")
+    for node, outcome, failed in rows:
+        lines.append(f"{node:<{w_node}}  {outcome:<10}  {failed[0] if failed else '-'}")
+        lines += [f"{'':<{w_node}}  {'':<10}  {f}" for f in failed[1:]]
+    return "\n".join(lines) + "\n"
+
+
+def terminal_summary(run_dir: Path) -> str:
+    """Plain-text table for the run, from its report documents (built in memory)."""
+    from rackready.report.build import build_documents  # build imports this module's peers
+
+    rack, node_docs = build_documents(Path(run_dir))
+    return summary_table(rack, node_docs)

@@ -1,0 +1,145 @@
+"""What every torchrun worker shares: process group, timing, JSON-lines output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from validation.workloads.common_env import SAFE_ENV
+
+
+class UsageError(Exception):
+    """A person's mistake (bad flag or size): one line on stderr, exit 2."""
+
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cuda: NCCL, one GPU per process; cpu: gloo with tiny sizes (CI)",
+    )
+    p.add_argument("--out", required=True, type=Path, help="directory for the JSON-lines results")
+    return p
+
+
+def init(device: str) -> Dist:
+    for k, v in SAFE_ENV.items():
+        os.environ[k] = v  # forced: an inherited NVLS=1 must not slip through
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda but torch sees no GPU")
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+        backend = "nccl"
+    else:
+        dev = torch.device("cpu")
+        backend = "gloo"
+    if "MASTER_ADDR" not in os.environ:  # run without torchrun: a group of one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    kwargs: dict[str, Any] = {"backend": backend, "rank": rank, "world_size": world}
+    if device == "cuda":
+        kwargs["device_id"] = dev
+    dist.init_process_group(**kwargs)
+    return Dist(rank, world, local_rank, dev)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def finish() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+class Sink:
+    """Appends Measurement-shaped dicts to <out>/<name>.rank<r>.jsonl, flushed per line."""
+
+    def __init__(self, out: Path, name: str, rank: int) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / f"{name}.rank{rank}.jsonl"
+        self._f = self.path.open("w", encoding="utf-8")
+
+    def emit(self, name: str, value: Any, unit: str, **labels: Any) -> None:
+        rec = {
+            "name": name,
+            "value": value,
+            "unit": unit,
+            "labels": {k: str(v) for k, v in labels.items()},
+        }
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def time_region(d: Dist, fn: Callable[[], None], iters: int) -> float:
+    """Seconds per call of fn over `iters` back-to-back calls (device events on GPU)."""
+    if d.is_cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
+
+
+def median_time(d: Dist, fn: Callable[[], None], *, warmup: int, iters: int, repeats: int) -> float:
+    """Median over `repeats` of the mean time per call; warm-up calls are not timed."""
+    for _ in range(warmup):
+        fn()
+    d.sync()
+    return statistics.median(time_region(d, fn, iters) for _ in range(repeats))
+
+
+def run_main(fn: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Entry point wrapper: a UsageError is one line and exit 2, never a traceback."""
+    import sys
+
+    try:
+        return fn(argv)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

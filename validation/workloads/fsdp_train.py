@@ -1,0 +1,242 @@
+"""The reference FSDP2 training job: a Llama-style decoder on deterministic data.
+
+    torchrun --nproc-per-node N [--nnodes M --rdzv-endpoint HOST:PORT] \\
+        -m validation.workloads.fsdp_train --out DIR --shape llama3-8b --steps 20
+
+fully_shard per block and at the root with MixedPrecisionPolicy(bf16 params,
+fp32 reduce). Measures tokens/s/GPU, MFU (torchtitan's FLOP count over the
+peak given with --peak-tflops), step-time spread across ranks, peak memory
+and the loss at every step. With --ckpt-step K it saves with
+torch.distributed.checkpoint at step K, trains on to the end (the
+uninterrupted run), then restores into a fresh model and optimizer, replays
+steps K+1.. and reports the largest loss difference.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from validation.workloads import synthetic
+from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
+from validation.workloads.llama import SHAPES, Llama, flops_per_token, init_weights
+
+GiB = 1 << 30
+
+
+def parse_ac(spec: str, n_layers: int) -> list[bool]:
+    """'none' | 'full' | 'every:K' (every Kth block recomputes) -> per-block flags."""
+    if spec == "none":
+        return [False] * n_layers
+    if spec == "full":
+        return [True] * n_layers
+    if spec.startswith("every:"):
+        try:
+            k = int(spec.split(":", 1)[1])
+        except ValueError:
+            k = 0
+        if k >= 1:
+            return [i % k == 0 for i in range(n_layers)]
+    raise UsageError(f"bad --ac {spec!r}: none, full or every:K")
+
+
+def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
+    shape = SHAPES[a.shape]
+    with torch.device("meta"):
+        model = Llama(shape)
+    for blk, ac in zip(model.layers, parse_ac(a.ac, shape.n_layers), strict=True):
+        blk.recompute = ac
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for i, blk in enumerate(model.layers):
+        if a.compile:
+            blk.compile()
+        # the last block's params are needed right away in backward: keep them gathered
+        fully_shard(blk, mp_policy=mp, reshard_after_forward=i < len(model.layers) - 1)
+    fully_shard(model, mp_policy=mp)
+    model.to_empty(device=d.device)
+    init_weights(model, seed, d.rank)
+    kw = {"fused": True} if d.is_cuda else {"foreach": True}
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, **kw
+    )
+    return model, opt
+
+
+def lr_at(step: int, peak: float, warmup: int) -> float:
+    return peak * min(1.0, step / max(1, warmup))
+
+
+def train_step(d: Dist, model: Llama, opt: torch.optim.Optimizer, a, step: int) -> float:
+    x, y = synthetic.batch(a.seed, step, d.rank, a.batch, a.seq, SHAPES[a.shape].vocab)
+    x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
+    for g in opt.param_groups:
+        g["lr"] = lr_at(step, a.lr, a.warmup)
+    logits = model(x)
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+    del logits
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    avg = loss.detach().clone()
+    dist.all_reduce(avg)
+    return float(avg.item()) / d.world
+
+
+def _dir_bytes(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--shape", default="tiny", choices=sorted(SHAPES), help="model shape")
+    p.add_argument("--seq", type=int, default=8192)
+    p.add_argument("--batch", type=int, default=1, help="sequences per GPU per step")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5, help="lr warm-up steps")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--ac", default="none", help="activation checkpointing: none, full, every:K")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--timing-skip", type=int, default=3, help="first steps left out of timing")
+    p.add_argument(
+        "--peak-tflops", type=float, default=0.0, help="dense bf16 peak per GPU for MFU (profile)"
+    )
+    p.add_argument(
+        "--ckpt-step", type=int, default=0, help="save at this step and check the restore (0: off)"
+    )
+    p.add_argument(
+        "--ckpt-dir", type=Path, default=None, help="where the checkpoint goes (/raid on nodes)"
+    )
+    p.add_argument("--deterministic", action="store_true", help="deterministic algorithms (slower)")
+    a = p.parse_args(argv)
+    if a.steps < 1 or a.seq < 2 or a.batch < 1:
+        raise UsageError("--steps, --seq and --batch must be positive")
+    if a.ckpt_step and not 0 < a.ckpt_step < a.steps:
+        raise UsageError("--ckpt-step must lie between 0 and --steps")
+    if a.ckpt_step and a.ckpt_dir is None:
+        raise UsageError("--ckpt-step needs --ckpt-dir")
+    if a.deterministic:
+        torch.use_deterministic_algorithms(True)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    d = init(a.device)
+    sink = Sink(a.out, "fsdp_train", d.rank)
+    model, opt = build(d, a, a.seed)
+    shape = SHAPES[a.shape]
+    losses: dict[int, float] = {}
+    times: list[float] = []
+    ckpt_path = (
+        a.ckpt_dir / f"rackready-fsdp-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
+        if a.ckpt_step
+        else None
+    )
+    t_run = time.perf_counter()
+    for step in range(1, a.steps + 1):
+        d.sync()
+        t0 = time.perf_counter()
+        losses[step] = train_step(d, model, opt, a, step)
+        d.sync()
+        if step > a.timing_skip:
+            times.append(time.perf_counter() - t0)
+        if ckpt_path is not None and step == a.ckpt_step:
+            _save(d, sink, model, opt, ckpt_path)
+    for step, loss in losses.items():
+        if d.rank == 0:
+            sink.emit("fsdp.loss", round(loss, 6), "", step=step, world=d.world, shape=a.shape)
+    if not times:
+        times = [(time.perf_counter() - t_run) / a.steps]
+    med = statistics.median(times)
+    all_med = [torch.zeros(1, dtype=torch.float64, device=d.device) for _ in range(d.world)]
+    dist.all_gather(all_med, torch.tensor([med], dtype=torch.float64, device=d.device))
+    meds = [float(t.item()) for t in all_med]
+    tps = a.batch * a.seq / med
+    lab = {"shape": a.shape, "seq": a.seq, "world": d.world, "ac": a.ac, "compile": a.compile}
+    if d.rank == 0:
+        sink.emit("fsdp.tokens_per_s_per_gpu", round(tps, 1), "tokens/s", **lab)
+        sink.emit("fsdp.step_time_s", round(statistics.median(meds), 4), "s", **lab)
+        sink.emit(
+            "fsdp.step_time_spread",
+            round((max(meds) - min(meds)) / statistics.median(meds), 4),
+            "",
+            **lab,
+        )
+        sink.emit("fsdp.flops_per_token", flops_per_token(shape, a.seq), "FLOP", **lab)
+        if a.peak_tflops > 0:
+            sink.emit("fsdp.peak_tflops", a.peak_tflops, "TFLOP/s", **lab)
+            sink.emit(
+                "fsdp.mfu",
+                round(tps * flops_per_token(shape, a.seq) / (a.peak_tflops * 1e12), 4),
+                "",
+                **lab,
+            )
+    if d.is_cuda:
+        sink.emit(
+            "fsdp.peak_memory_gib",
+            round(torch.cuda.max_memory_allocated(d.device) / GiB, 2),
+            "GiB",
+            gpu=d.local_rank,
+            rank=d.rank,
+            **lab,
+        )
+    if ckpt_path is not None:
+        del model, opt
+        _restore_and_compare(d, sink, a, ckpt_path, losses)
+    sink.close()
+    finish()
+    return 0
+
+
+def _save(d: Dist, sink: Sink, model: Llama, opt: torch.optim.Optimizer, path: Path) -> None:
+    if d.rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    dist.barrier()
+    msd, osd = get_state_dict(model, opt)
+    d.sync()
+    t0 = time.perf_counter()
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=str(path))
+    dist.barrier()
+    dt = time.perf_counter() - t0
+    if d.rank == 0:
+        size = _dir_bytes(path)
+        sink.emit("fsdp.ckpt_bytes", size, "B")
+        sink.emit("fsdp.ckpt_write_gbps", round(size / dt / 1e9, 3), "GB/s")
+
+
+def _restore_and_compare(d: Dist, sink: Sink, a, path: Path, losses: dict[int, float]) -> None:
+    # a different seed: a restore that loaded nothing cannot match by accident
+    model, opt = build(d, a, a.seed + 1)
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dist.barrier()
+    t0 = time.perf_counter()
+    dcp.load(state, checkpoint_id=str(path))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    d.sync()
+    dist.barrier()
+    dt = time.perf_counter() - t0
+    diffs = []
+    for step in range(a.ckpt_step + 1, a.steps + 1):
+        loss = train_step(d, model, opt, a, step)
+        diffs.append(abs(loss - losses[step]))
+        if d.rank == 0:
+            sink.emit("fsdp.resumed_loss", round(loss, 6), "", step=step)
+    if d.rank == 0:
+        sink.emit("fsdp.ckpt_read_gbps", round(_dir_bytes(path) / dt / 1e9, 3), "GB/s")
+        sink.emit("fsdp.ckpt_resume_max_abs_diff", max(diffs), "", steps=len(diffs))
+        sink.emit("fsdp.ckpt_resume_bitwise", max(diffs) == 0.0, "")
+    dist.barrier()
+    if d.rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main))

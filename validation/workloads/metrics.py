@@ -1,0 +1,193 @@
+"""Every metric the workloads emit (merged into validation.metrics)."""
+
+from __future__ import annotations
+
+from validation.metrics import Metric
+
+
+def _m(name: str, unit: str, description: str, better: str, judged: bool = True) -> Metric:
+    return Metric(name, unit, description, better, judged)  # type: ignore[arg-type]
+
+
+WORKLOAD_METRICS: list[Metric] = [
+    # collectives (torch.distributed over NCCL, and nccl-tests where installed)
+    _m(
+        "nccl.busbw",
+        "GB/s",
+        "collective bus bandwidth, nccl-tests factors (labels op, size_bytes, impl)",
+        "higher",
+    ),
+    _m("nccl.algbw", "GB/s", "collective algorithm bandwidth: size / time", "higher", judged=False),
+    _m("nccl.correct", "", "collective result exactly right on every rank", "equal"),
+    _m(
+        "nccl.pair_busbw",
+        "GB/s",
+        "one-way send bandwidth between one ordered GPU pair, alone",
+        "higher",
+    ),
+    # GEMM burn-in
+    _m(
+        "gemm.tflops",
+        "TFLOP/s",
+        "sustained matrix-product rate after ramp-up, median of intervals",
+        "higher",
+    ),
+    _m(
+        "gemm.interval_tflops",
+        "TFLOP/s",
+        "matrix-product rate in one interval",
+        "higher",
+        judged=False,
+    ),
+    _m(
+        "gemm.interval_power_w",
+        "W",
+        "mean board power in one interval (NVML)",
+        "higher",
+        judged=False,
+    ),
+    _m(
+        "gemm.interval_sm_clock_mhz",
+        "MHz",
+        "mean SM clock in one interval (NVML)",
+        "higher",
+        judged=False,
+    ),
+    _m(
+        "gemm.interval_temp_c",
+        "C",
+        "highest GPU temperature in one interval (NVML)",
+        "lower",
+        judged=False,
+    ),
+    _m(
+        "gemm.power_fraction",
+        "",
+        "lowest interval power after ramp-up over the enforced power limit",
+        "higher",
+    ),
+    _m(
+        "gemm.power_fraction_median",
+        "",
+        "median interval power after ramp-up over the power limit",
+        "higher",
+        judged=False,
+    ),
+    _m(
+        "gemm.power_limit_w",
+        "W",
+        "enforced power limit during the burn-in (NVML)",
+        "equal",
+        judged=False,
+    ),
+    _m(
+        "gemm.clock_event_reasons",
+        "",
+        "OR of NVML clock event reasons seen during the burn-in",
+        "equal",
+        judged=False,
+    ),
+    _m(
+        "gemm.sdc_mismatches",
+        "count",
+        "elements that differed across GPUs or repeats of a seeded product",
+        "lower",
+    ),
+    _m("gemm.telemetry_ok", "", "NVML telemetry could be sampled during the burn-in", "equal"),
+    _m("gemm.fp8_supported", "", "the GPU runs fp8 matrix products", "equal", judged=False),
+    # HBM
+    _m("hbm.bandwidth", "GB/s", "device copy bandwidth, bytes read plus written", "higher"),
+    _m("hbm.pattern_errors", "count", "wrong 64-bit words over all patterns", "lower"),
+    _m(
+        "hbm.pattern_bytes",
+        "B",
+        "bytes of device memory the pattern test covered",
+        "higher",
+        judged=False,
+    ),
+    # host transfers and P2P
+    _m("host.h2d_bandwidth", "GB/s", "pinned host-to-device copy, GPU's NUMA node", "higher"),
+    _m("host.d2h_bandwidth", "GB/s", "pinned device-to-host copy, GPU's NUMA node", "higher"),
+    _m("host.bidir_bandwidth", "GB/s", "both directions at once, bytes of both", "higher"),
+    _m("p2p.bandwidth", "GB/s", "device-to-device copy between a GPU pair", "higher"),
+    # storage
+    _m("storage.fio_read", "GB/s", "fio sequential read, 1 MiB blocks, direct I/O", "higher"),
+    _m("storage.fio_write", "GB/s", "fio sequential write, 1 MiB blocks, direct I/O", "higher"),
+    _m(
+        "storage.ckpt_write",
+        "GB/s",
+        "parallel large-file write with fsync (checkpoint-shaped)",
+        "higher",
+    ),
+    _m(
+        "storage.ckpt_read",
+        "GB/s",
+        "parallel large-file read after dropping the files from the page cache",
+        "higher",
+    ),
+    # reference FSDP training job
+    _m(
+        "fsdp.tokens_per_s_per_gpu",
+        "tokens/s",
+        "training throughput per GPU, median step",
+        "higher",
+    ),
+    _m(
+        "fsdp.mfu",
+        "",
+        "model FLOPs utilisation (torchtitan's count) over fsdp.peak_tflops",
+        "higher",
+    ),
+    _m(
+        "fsdp.peak_tflops",
+        "TFLOP/s",
+        "dense bf16 peak per GPU used for MFU (from the profile)",
+        "equal",
+        judged=False,
+    ),
+    _m(
+        "fsdp.flops_per_token",
+        "FLOP",
+        "training FLOPs per token from the model shape",
+        "equal",
+        judged=False,
+    ),
+    _m("fsdp.step_time_s", "s", "median step time", "lower", judged=False),
+    _m(
+        "fsdp.step_time_spread",
+        "",
+        "(slowest - fastest) / median of per-rank median step times",
+        "lower",
+    ),
+    _m("fsdp.peak_memory_gib", "GiB", "peak allocated GPU memory per rank", "lower", judged=False),
+    _m("fsdp.loss", "", "training loss at a step (label step)", "equal", judged=False),
+    _m(
+        "fsdp.resumed_loss",
+        "",
+        "loss at a step after restoring the checkpoint",
+        "equal",
+        judged=False,
+    ),
+    _m(
+        "fsdp.loss_deviation",
+        "",
+        "largest |loss - golden| over the profile's golden steps",
+        "lower",
+    ),
+    _m(
+        "fsdp.ckpt_resume_max_abs_diff",
+        "",
+        "largest |resumed - uninterrupted| loss after restore",
+        "lower",
+    ),
+    _m(
+        "fsdp.ckpt_resume_bitwise",
+        "",
+        "resumed losses equal the uninterrupted run's bit for bit",
+        "equal",
+        judged=False,
+    ),
+    _m("fsdp.ckpt_bytes", "B", "size of the distributed checkpoint", "equal", judged=False),
+    _m("fsdp.ckpt_write_gbps", "GB/s", "torch.distributed.checkpoint save throughput", "higher"),
+    _m("fsdp.ckpt_read_gbps", "GB/s", "torch.distributed.checkpoint load throughput", "higher"),
+]
