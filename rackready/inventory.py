@@ -33,6 +33,8 @@ class Node:
     known_hosts: str | None
     sysroot: str
     lab: bool
+    rdma_devices: tuple[str, ...] = ()  # compute ConnectX PCI addresses (rdma_network_mlx_devices)
+    validation_site: dict | None = None  # rackready_validation_site: extra settings for the suite
 
 
 def inventory_path(name: str) -> Path:
@@ -142,4 +144,6 @@ def _node(name: str, v: dict, path: Path) -> Node:
         known_hosts=known,
         sysroot=str(v.get("rackready_sysroot", "/")),
         lab=bool(v.get("rackready_lab", False)),
+        rdma_devices=tuple(str(d) for d in v.get("rdma_network_mlx_devices") or ()),
+        validation_site=dict(v.get("rackready_validation_site") or {}),
     )

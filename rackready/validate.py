@@ -101,7 +101,10 @@ def _run_node(run: NodeRun, run_id: str, level: str, payload: bytes, digest: str
     try:
         remote_out = f"{NODE_BASE}/runs/{run_id}"
         _ship(client, payload, digest)
-        site = {"fabric": node.fabric, "platform": node.platform, "node": node.name}
+        # Per-node facts from the inventory that the checks judge against.
+        site = {**(node.validation_site or {}), "fabric": node.fabric,
+                "platform": node.platform, "node": node.name,
+                "rdma_devices": list(node.rdma_devices)}
         _put_text(client, f"{remote_out}.site.yml", yaml.safe_dump(site))
         command = _command(node, level, remote_out, digest)
         log.write(f"$ {command}\n")

@@ -10,7 +10,8 @@ Rules, in the order they apply:
 - thresholds with outlier_k also compare each GPU (or node) with its peers:
   more than k robust deviations on the bad side fails even above the floor;
 - a labelled threshold (one NVLink pair, one cmdline token) that matched no
-  measurement while its metric was measured fails: something went missing.
+  measurement while its metric was measured fails: something went missing
+  (except labels that vary with the level: size, model shape, dtype).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ LabelKey = tuple[tuple[str, str], ...]
 # labels that name the entity compared in fleet outliers, not the kind of value
 ENTITY_LABELS = ("gpu", "serial", "bus_id", "node")
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution -> standard deviation
+# labels whose values depend on the level or the device, not on the hardware being whole:
+# a collective size the level's sweep skips, a model shape, a dtype the GPU lacks.
+# A threshold labelled with one of them that matched nothing is not applicable.
+LEVEL_LABELS = frozenset({"size_bytes", "shape", "dtype"})
 
 
 def fleet_outliers(values_by_entity: dict[str, float], k: float,
@@ -260,7 +265,7 @@ def judge(results: list[CheckResult], profile: Any) -> list[Verdict]:
     for i, t in enumerate(thresholds):
         if i in matched:
             continue
-        if t.labels and t.metric in measured:
+        if t.labels and t.metric in measured and not set(t.labels) & LEVEL_LABELS:
             verdicts.append(Verdict(
                 "judge", t.metric, "fail", None, t.unit, dict(t.labels), t,
                 f"{t.metric} expected for {component(dict(t.labels))} but not measured",

@@ -65,6 +65,15 @@ def group_vars() -> dict:
         ],
         "package_sources_exclusive": True,
         "validation_tools_wheelhouse_url": f"{repo.url()}/wheels/",
+        # The lab has no GPUs and no md RAID: workloads run on CPU (gloo, tiny
+        # sizes) and write where /raid would be.
+        "rackready_validation_site": {
+            "workloads": {
+                "device": "cpu",
+                "storage": {"dir": "/var/tmp/raid-standin", "fio_size": "64M",
+                            "ckpt_files": 4, "ckpt_file_bytes": 16 << 20},
+            },
+        },
     }
 
 

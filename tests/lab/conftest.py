@@ -42,3 +42,13 @@ def lab_nodes() -> Lab:
     specs = lab.up(2, progress=lambda msg: print(f"[lab] {msg}"))
     yield Lab(specs, LAB_INVENTORY / "hosts.yml")
     lab.down(progress=lambda msg: None)
+
+
+@pytest.fixture(scope="session")
+def provisioned_lab(lab_nodes) -> Lab:
+    """The lab after `invoke provision --inventory lab` (a no-op if already converged)."""
+    from rackready.provision import run_playbook
+
+    result = run_playbook(lab_nodes.inventory, quiet=True)
+    assert result.rc == 0, result.failures
+    return lab_nodes

@@ -8,7 +8,10 @@ kept inside one module fixture: check mode on the fresh nodes, converge, re-run.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -40,6 +43,10 @@ def provisioned(lab_nodes) -> Provisioned:
 
 @pytest.fixture(scope="module")
 def hosts(lab_nodes, provisioned) -> dict:
+    # testinfra's ansible backend shells out to ansible-inventory: use this environment's.
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     found = testinfra.get_hosts(["ansible://all"], ansible_inventory=str(lab_nodes.inventory))
     by_name = {h.backend.get_hostname(): h for h in found}
     assert sorted(by_name) == sorted(lab_nodes.names)
@@ -207,3 +214,27 @@ def test_fabric_manager_that_cannot_match_the_driver_fails_that_host_only(lab_no
         assert "must match the driver exactly" in r.failures[name]
     for name in plain:
         assert r.stats[name].get("failures", 0) == 0
+
+
+def test_unreachable_host_fails_alone_with_one_line(lab_nodes, provisioned, tmp_path):
+    # Variant of the lab inventory: a copy with one more host at a lab address no node
+    # uses. group_vars travel with it so the real nodes keep their keys and mirror.
+    import shutil
+
+    import yaml
+
+    inv_dir = tmp_path / "inventory"
+    shutil.copytree(lab_nodes.inventory.parent, inv_dir)
+    hosts_file = inv_dir / "hosts.yml"
+    data = yaml.safe_load(hosts_file.read_text())
+    data["all"].setdefault("hosts", {})["lab-ghost"] = {"ansible_host": "10.213.7.250"}
+    hosts_file.write_text(yaml.safe_dump(data))
+    r = run_playbook(hosts_file, "site.yml", tags="baseline", quiet=True)
+    assert r.rc != 0
+    assert r.stats["lab-ghost"].get("dark", 0) == 1
+    reason = r.failures["lab-ghost"]
+    assert "10.213.7.250" in reason and "\n" not in reason
+    for name in lab_nodes.names:
+        assert name not in r.failures
+        assert r.stats[name].get("failures", 0) == 0 and r.stats[name].get("dark", 0) == 0
+        assert r.stats[name].get("ok", 0) > 0

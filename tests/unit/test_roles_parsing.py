@@ -108,3 +108,72 @@ def test_mlxconfig_changes_only_what_differs(current, fabric, expected):
                      __rdma_network_mlx_wanted=wanted,
                      rdma_network_register_mlxq={"results": [result]})
     assert changes == expected
+
+
+# The verbose layout (`mlxconfig -e q`, and what the lab's stand-in prints): Default,
+# Current and Next Boot columns, a '*' on settings that differ from the default.
+MLXCONFIG_QUERY_VERBOSE = """
+Device #1:
+----------
+
+Device type:        ConnectX7
+Device:             0000:1a:00.0
+
+Configurations:                                      Default             Current    \
+         Next Boot
+*       LINK_TYPE_P1                        IB(1)               {current:<20}{next}
+        ADVANCED_PCI_SETTINGS               False(0)            True(1)             True(1)
+"""
+
+
+@pytest.mark.parametrize("current,pending,fabric,expected", [
+    ("ETH(2)", "ETH(2)", "roce", []),
+    # a set that waits for a reboot counts as done: only Next Boot is compared
+    ("IB(1)", "ETH(2)", "roce", []),
+    ("ETH(2)", "IB(1)", "roce", [{"device": "0000:1a:00.0", "settings": {"LINK_TYPE_P1": 2}}]),
+    ("ETH(2)", "ETH(2)", "ib", [{"device": "0000:1a:00.0", "settings": {"LINK_TYPE_P1": 1}}]),
+])
+def test_mlxconfig_verbose_layout_compares_next_boot(current, pending, fabric, expected):
+    main = task("roles/rdma_network/tasks/main.yml", "Import the ConnectX firmware tasks")
+    t = task("roles/rdma_network/tasks/firmware.yml", "Work out the settings that differ")
+    variables = {"rdma_network_fabric": fabric,
+                 "rdma_network_mlxconfig": {"ADVANCED_PCI_SETTINGS": 1}}
+    wanted = render(main["vars"]["__rdma_network_mlx_wanted"], **variables)
+    out = MLXCONFIG_QUERY_VERBOSE.format(current=current, next=pending)
+    result = {"rc": 0, "item": "0000:1a:00.0", "stdout": out}
+    changes = render(t["ansible.builtin.set_fact"]["rdma_network_mlx_changes"],
+                     __rdma_network_mlx_wanted=wanted,
+                     rdma_network_register_mlxq={"results": [result]})
+    assert changes == expected
+
+
+# `apt-cache madison` layout (apt-cache(8)): package | version | source. Written by hand,
+# the lab mirror's URL; the 580.126.09 line stands for an older branch left on a mirror.
+MADISON = """\
+nvidia-fabricmanager | 580.159.04-1 | http://10.213.7.1:8473/debian bookworm/main amd64 Packages
+nvidia-fabricmanager | 580.126.09-1 | http://10.213.7.1:8473/debian bookworm/main amd64 Packages
+      libnvidia-nscq | {nscq} | http://10.213.7.1:8473/debian bookworm/main amd64 Packages
+"""
+
+
+def fm_missing(madison: str, revision: str = "-1") -> list[str]:
+    t = task("roles/fabric_manager/tasks/install.yml",
+             "Refuse a fabric manager that cannot match the driver")
+    v = dict(t["vars"], fabric_manager_packages=["nvidia-fabricmanager", "libnvidia-nscq"],
+             fabric_manager_driver_version="580.159.04", fabric_manager_package_revision=revision,
+             fabric_manager_register_madison={"stdout_lines": madison.splitlines()})
+    got = render("{{ __fabric_manager_missing }}", **v)
+    assert isinstance(got, list), got  # Ansible turns the rendered text back into a list
+    return got
+
+
+def test_fabric_manager_refusal_finds_the_driver_version_on_the_mirror():
+    assert fm_missing(MADISON.format(nscq="580.159.04-1")) == []
+
+
+def test_fabric_manager_refusal_names_each_package_without_the_driver_version():
+    # Variants: NSCQ only at the older branch; a revision the mirror does not hold; empty lists.
+    assert fm_missing(MADISON.format(nscq="580.126.09-1")) == ["libnvidia-nscq"]
+    assert fm_missing(MADISON.format(nscq="580.159.04-1"), revision="-999") == [
+        "nvidia-fabricmanager", "libnvidia-nscq"]
+    assert fm_missing("") == ["nvidia-fabricmanager", "libnvidia-nscq"]

@@ -33,3 +33,15 @@ def m(name: str, value: Value, labels: dict[str, str] | None = None,
     from validation import metrics
 
     return Measurement(name, value, metrics.get(name).unit, dict(labels or {}), artifact)
+
+
+def rdma_devices(ctx: Context) -> frozenset[str] | None:
+    """PCI addresses of the compute-fabric NICs the site names (`rdma_devices`, as the
+    rdma_network role's rdma_network_mlx_devices); None: every ConnectX is compute.
+
+    Storage/front-end ConnectX ports the roles leave alone must not be judged as compute.
+    """
+    devs = ctx.site.get("rdma_devices")
+    if devs is None:
+        return None
+    return frozenset(str(d).lower() for d in devs)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
-from validation.checks.common import m
+from validation.checks.common import m, rdma_devices
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.rdma import (
@@ -28,6 +29,9 @@ IB_ERROR_COUNTERS = (
 def ibstat(ctx: Context) -> list[IbCa]:
     def make() -> list[IbCa]:
         cas = parse_ibstat(ctx.run(["ibstat"], timeout_s=30, artifact="ibstat.txt"))
+        wanted = rdma_devices(ctx)
+        if wanted is not None:
+            cas = [ca for ca in cas if ca_address(ctx, ca.name) in wanted]
         if not cas:
             raise CheckSkipped("ibstat lists no HCA")
         return cas
@@ -53,6 +57,12 @@ def network_ports(ctx: Context) -> Iterator[Measurement]:
             mtu = devinfo.get(ca.name, {}).get(p.port, {}).get("active_mtu")
             if mtu is not None:
                 yield m("ib.active_mtu", int(mtu), lab)
+
+
+def ca_address(ctx: Context, ca: str) -> str | None:
+    """PCI address of an HCA, from the sysfs `device` link; None where sysfs lacks it."""
+    dev = ctx.path(f"{IB_CLASS}/{ca}/device")
+    return os.path.basename(os.path.realpath(dev)).lower() if dev.exists() else None
 
 
 def netdevs(ctx: Context, ca: str) -> list[str]:

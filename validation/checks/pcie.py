@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from validation.checks.common import gpu_labels, m, smi
+from validation.checks.common import gpu_labels, m, rdma_devices, smi
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.lspci import parse_lspci_vvv
@@ -26,7 +26,9 @@ def pcie_gpu_link(ctx: Context) -> Iterator[Measurement]:
 
 
 def nics(ctx: Context) -> list[PciDevice]:
-    found = [d for d in pci_devices(ctx) if d.is_mellanox_nic]
+    wanted = rdma_devices(ctx)
+    found = [d for d in pci_devices(ctx) if d.is_mellanox_nic
+             and (wanted is None or d.address.lower() in wanted)]
     if not found:
         raise CheckSkipped("no Mellanox/NVIDIA ConnectX device under /sys/bus/pci/devices")
     return found

@@ -78,6 +78,17 @@ def _gpu_count(ctx: Context) -> int:
     return n
 
 
+def _raid_dir(ctx: Context) -> Path:
+    """Where storage and checkpoint writes go: the profile's /raid, or the site's
+    `workloads: {storage: {dir: ...}}` where the array is simulated (the lab) and a
+    plain directory stands in for it."""
+    override = _site(ctx, "storage").get("dir")
+    if override:  # a stand-in directory is ours to create; a real /raid never is
+        Path(str(override)).mkdir(parents=True, exist_ok=True)
+        return Path(str(override))
+    return Path(str(ctx.profile.inventory.get("raid", {}).get("mount", "/raid")))
+
+
 def _params(ctx: Context, key: str) -> dict[str, Any]:
     return {**LEVELS[key].get(ctx.level, LEVELS[key]["quick"]), **_site(ctx, key)}
 
@@ -139,6 +150,11 @@ def hbm(ctx: Context) -> Iterator[Measurement]:
 )
 def collectives(ctx: Context) -> Iterator[Measurement]:
     p = _params(ctx, "collectives")
+    if _device(ctx) == "cpu":
+        # gloo on a CPU node (the lab): GPU-sized tensors (1 GiB x 2 ranks x ops) exhaust a
+        # small node's memory; the site may still set sizes explicitly
+        site = _site(ctx, "collectives")
+        p = {**p, "sizes": site.get("sizes", "64K,1M"), "pair_size": site.get("pair_size", "1M")}
     yield from _run(
         ctx, "collectives", ["--sizes", str(p["sizes"]), "--pair-size", str(p["pair_size"])], 120
     )
@@ -206,7 +222,7 @@ def storage_fio(ctx: Context) -> Iterator[Measurement]:
 
     if shutil.which("fio") is None:
         raise CheckSkipped("fio is not installed")
-    mount = Path(str(ctx.profile.inventory.get("raid", {}).get("mount", "/raid")))
+    mount = _raid_dir(ctx)
     res = run_fio(mount, size=str(_site(ctx, "storage").get("fio_size", "8G")))
     yield Measurement("storage.fio_read", round(res["read"], 3), "GB/s", {"mount": str(mount)})
     yield Measurement("storage.fio_write", round(res["write"], 3), "GB/s", {"mount": str(mount)})
@@ -221,7 +237,7 @@ def storage_fio(ctx: Context) -> Iterator[Measurement]:
 def storage_ckpt(ctx: Context) -> Iterator[Measurement]:
     from validation.workloads.storage import checkpoint_io
 
-    mount = Path(str(ctx.profile.inventory.get("raid", {}).get("mount", "/raid")))
+    mount = _raid_dir(ctx)
     if not mount.is_dir():
         raise CheckSkipped(f"{mount} is not a directory")
     s = _site(ctx, "storage")
@@ -245,7 +261,7 @@ def fsdp_reference(ctx: Context) -> Iterator[Measurement]:
     peak = float(peak.get("value", 0) if isinstance(peak, dict) else peak or 0)
     if _device(ctx) == "cpu":
         p = {**p, "shape": "tiny", "seq": p.get("seq", 128)}
-    mount = Path(str(ctx.profile.inventory.get("raid", {}).get("mount", "/raid")))
+    mount = _raid_dir(ctx)
     ckdir = Path(str(p.get("ckpt_dir", mount if mount.is_dir() else ctx.out / "ckpt")))
     args = [
         "--shape",

@@ -147,8 +147,8 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
             postinst=SHIM_POSTINST.format(pkg="doca-ofed")),
         Pkg("nvme-cli", "2.4+really2.3-3+hwsim1", "NVMe management tool", with_lib=True,
             tools={"/usr/sbin/nvme": "cli.nvme"}),
-        Pkg("pciutils", "1:3.9.0-4+hwsim1", "PCI utilities (lspci)", with_lib=True,
-            tools={"/usr/bin/lspci": "cli.lspci"}),
+        Pkg("pciutils", "1:3.9.0-4+hwsim1", "PCI utilities (lspci, setpci)", with_lib=True,
+            tools={"/usr/bin/lspci": "cli.lspci", "/usr/bin/setpci": "cli.setpci"}),
     ]
 
 

@@ -10,7 +10,7 @@ from .pci import pci_devices
 
 USAGE = "Usage: lspci [<switches>]\n\n-D\t\tAlways show domain numbers\n-n\t\tShow numeric ID's\n" \
         "-v/-vv/-vvv\tBe verbose\n-s [[[[<domain>]:]<bus>]:][<slot>][.[<func>]]\n" \
-        "-d [<vendor>]:[<device>]"
+        "-d [<vendor>]:[<device>][:<class>]"
 DRIVERS = {"gpu": "nvidia", "nic": "mlx5_core", "nvme": "nvme", "bridge": "pcieport",
            "nvswitch": "nvidia-nvswitch"}
 
@@ -70,8 +70,11 @@ def main(argv: list[str]) -> int:
     out: list[str] = []
     for d in pci_devices(state):
         if vend is not None:
-            v, _, dev = vend.partition(":")
-            if (v and v.lower() != d["vendor"]) or (dev and dev.lower() != d["device"]):
+            # -d [<vendor>]:[<device>][:<class>], as lspci(8) documents
+            v, _, rest = vend.partition(":")
+            dev, _, cls = rest.partition(":")
+            if (v and v.lower() != d["vendor"]) or (dev and dev.lower() != d["device"]) \
+                    or (cls and not d["class"].startswith(cls.lower())):
                 continue
         if slot is not None and not (d["bdf"].endswith(slot.lower()) or d["bdf"] == slot):
             continue

@@ -15,11 +15,12 @@ from .common import ToolError, locked_state, run
 
 SIMULATED = ("nvidia", "mlx5_", "ib_", "rdma_")
 # Provided by the Debian kernel itself, whatever is installed.
-INBOX = {"mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs", "ib_umad", "rdma_cm"}
+INBOX = {"mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs", "ib_umad", "rdma_cm", "rdma_ucm"}
 DEPENDS = {"nvidia_modeset": ["nvidia"], "nvidia_uvm": ["nvidia"], "nvidia_drm":
            ["nvidia_modeset"], "nvidia_peermem": ["nvidia", "ib_core"],
            "mlx5_ib": ["mlx5_core", "ib_core", "ib_uverbs"], "ib_uverbs": ["ib_core"],
-           "ib_umad": ["ib_core"], "rdma_cm": ["ib_core"]}
+           "ib_umad": ["ib_core"], "rdma_cm": ["ib_core"],
+           "rdma_ucm": ["rdma_cm", "ib_uverbs"]}
 REAL = "/usr/sbin/modprobe"
 
 

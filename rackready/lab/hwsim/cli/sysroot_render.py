@@ -24,7 +24,8 @@ MODULE_SIZES = {
     "nvidia_drm": (118784, ""), "nvidia_peermem": (16384, ""),
     "mlx5_core": (2306048, "mlx5_ib,"), "mlx5_ib": (475136, ""),
     "ib_core": (458752, "rdma_cm,ib_umad,ib_uverbs,mlx5_ib,nvidia_peermem,"),
-    "ib_uverbs": (176128, "mlx5_ib,"), "ib_umad": (40960, ""), "rdma_cm": (139264, ""),
+    "ib_uverbs": (176128, "mlx5_ib,rdma_ucm,"), "ib_umad": (40960, ""),
+    "rdma_cm": (139264, "rdma_ucm,"), "rdma_ucm": (36864, ""),
     "nvme": (57344, ""), "nvme_core": (204800, "nvme,"), "ipmi_si": (86016, ""),
     "ipmi_devintf": (20480, ""),
 }
@@ -91,6 +92,35 @@ def _kern_log(state: dict[str, Any]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def _mounts(state: dict[str, Any]) -> str:
+    """/proc/mounts: the root filesystem, and the md array on its mount point while md runs it."""
+    lines = ["/dev/mapper/vg0-root / ext4 rw,relatime,errors=remount-ro 0 0"]
+    raid = state.get("raid") or {}
+    drives = {d["namespace"]: d for d in state.get("nvme", [])}
+    # RAID0 with a member gone is inactive (see _mdstat): nothing is mounted from it
+    running = raid.get("assembled") and all(drives[m]["present"] for m in raid["members"])
+    if running and raid.get("mount"):
+        lines.append(f"/dev/{raid['device']} {raid['mount']} xfs "
+                     "rw,relatime,attr2,inode64,logbufs=8,logbsize=32k,noquota 0 0")
+    return "\n".join(lines) + "\n"
+
+
+def _infiniband(state: dict[str, Any], root: Path) -> None:
+    """/sys/class/infiniband/<ca>, as the kernel's RDMA sysfs lays it out: `device` links to
+    the PCI function (whose net/ holds the netdev) and ports/1/counters the error counters."""
+    if "mlx5_ib" not in state.get("modules", []):
+        return
+    for nic in present(state.get("nics", [])):
+        base = root / "sys/class/infiniband" / nic["name"]
+        pci = root / "sys/bus/pci/devices" / nic["bdf"]
+        if nic.get("netdev"):
+            (pci / "net" / nic["netdev"]).mkdir(parents=True, exist_ok=True)
+        base.mkdir(parents=True, exist_ok=True)
+        (base / "device").symlink_to(Path("../../../bus/pci/devices") / nic["bdf"])
+        for name, value in nic.get("counters", {}).items():
+            _write(base / "ports/1/counters" / name, f"{value}\n")
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -104,6 +134,7 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
     _write(root / "proc/cmdline", state["kernel"]["cmdline"] + "\n")
     _write(root / "proc/modules", _modules(state))
     _write(root / "proc/mdstat", _mdstat(state))
+    _write(root / "proc/mounts", _mounts(state))
     if "nvidia" in state.get("modules", []):
         d = state["driver"]
         _write(root / "proc/driver/nvidia/version", f"{d['nvrm_line']}\n{d['gcc_line']}\n")
@@ -125,4 +156,5 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
                  "max_link_width": str(dev["width_max"])}
         for name, value in files.items():
             _write(base / name, value + "\n")
+    _infiniband(state, root)
     _write(root / "var/log/kern.log", _kern_log(state))

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The node-side suite on a real GPU machine, as `invoke validate` runs it on a node.
+#   LEVELS="quick standard" bash bench/validate_on_gpu.sh
+# Results: $OUT/<level>.tar.gz (the run directory; unpack and `invoke report --run DIR`)
+# and $OUT/timing.txt. The profile is scoped to what the machine has (its GPUs; it has
+# no ConnectX, NVMe RAID, NVSwitch device files, fabric manager service, nccl-tests or fio):
+# those checks are reported not applicable, never passed.
+set -u
+OUT=${OUT:-/tmp/validate-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+PROFILE=${PROFILE:-xe9680-h200}
+GPUS=$(nvidia-smi -L | wc -l)
+WITHOUT=${WITHOUT:-rdma,nvme,raid,nvswitch,fabric-manager,nccl-tests,fio}
+RUNS=/tmp/rr-runs
+rm -rf "$RUNS"; mkdir -p "$RUNS"
+: > "$OUT/timing.txt"
+run() {  # run LEVEL NAME [extra args]
+  local level=$1 name=$2; shift 2
+  local t0=$SECONDS
+  timeout "${LIMIT_S:-560}" python3 -m validation run --profile "$PROFILE" --gpus "$GPUS" --without "$WITHOUT" \
+      --level "$level" --out "$RUNS/$name/$(hostname)" "$@" > "$RUNS/$name.stdout" 2> "$RUNS/$name.stderr"
+  local rc=$?
+  echo "$name: level=$level rc=$rc wall=$((SECONDS - t0)) s" | tee -a "$OUT/timing.txt"
+  # results and events only: workload logs can exceed what comes back
+  tar -C "$RUNS" --exclude="artifacts/workloads" -czf "$OUT/$name.tar.gz" "$name"
+}
+python3 -m validation checks > "$OUT/checks.txt" 2>&1
+for level in ${LEVELS:-quick}; do
+  if [ "$level" = quick ]; then
+    # part 1 alone (inventory and health checks, no workloads): the "seconds" budget
+    run quick part1 --only "$(python3 - <<'PY'
+from validation.checks.registry import all_checks
+print(",".join(n for n, c in all_checks().items() if "torch" not in c.needs))
+PY
+)"
+  fi
+  run "$level" "$level"
+done
+tail -n 3 "$RUNS"/*.stderr
+cat "$OUT/timing.txt"

@@ -1,0 +1,156 @@
+"""The whole node-side suite, end to end, against simulated hardware (no lab needed).
+
+Each test builds a node in a temp dir (tests/unit/hwsim_node.py): a provisioned
+hwsim state, its rendered sysroot, and wrapper scripts named like the vendor
+tools (nvidia-smi, dcgmi, ibstat, ibv_devinfo, mlxconfig, mlnx_qos, nvme, lspci)
+that exec hwsim's CLIs with HWSIM_STATE set; `systemctl` and `dpkg-query` stubs
+stand in for the lab node's systemd and package database. Then it runs
+`python -m validation run --profile <lab profile> --level quick` as a subprocess,
+exactly as a lab node does, and reads result.json.
+
+Workloads run on CPU through the site file (`workloads: {device: cpu}`); /raid
+is a temp directory named by the site's `workloads: {storage: {dir: ...}}`,
+because the md array is simulated and the storage and checkpoint writes need a
+real directory. fio is not installed on CI machines: where it is missing the run
+says `--without fio`, recorded in result.json's scope (never a silent pass).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hwsim_node import Node, make_node, run_suite
+
+from rackready.lab.hwsim.faults import FAULT_KINDS, apply_fault
+from rackready.lab.hwsim.state import build_state
+
+pytest.importorskip("torch")
+
+WORKLOAD_CHECKS = ("gemm_burnin", "hbm", "collectives", "host_transfers", "storage_ckpt",
+                   "fsdp_reference")
+# every registered check that reads the (simulated) hardware rather than running a workload;
+# the fault runs use these alone: the faults live in the hardware state, which the
+# workloads on CPU never read, and a workload pass takes ~40 s on 2 cores
+HARDWARE_CHECKS = (
+    "gpu.inventory", "nccl.version", "gpu.health", "gpu.xid", "nvlink.topology", "nvlink.links",
+    "pcie.gpu_link", "pcie.nic_link", "pcie.numa", "pcie.acs", "fabric.state", "fabric.manager",
+    "network.ports", "network.roce_qos", "network.peermem", "storage.nvme", "storage.raid",
+    "kernel.cmdline", "kernel.nouveau", "health.delta",
+)
+
+
+def site_for(node: Node, fabric: str, nics: list[str]) -> dict[str, Any]:
+    return {
+        "fabric": fabric,
+        "node": node.state()["node"],
+        "rdma_devices": nics,
+        "workloads": {
+            "device": "cpu",
+            "storage": {"dir": str(node.raid), "ckpt_file_bytes": 16 << 20},
+            # short burn-in: the quick level's 30 s is for a real node, not for CI
+            "gemm_burnin": {"duration_s": 8, "ramp_s": 2, "sdc_every_s": 3},
+        },
+    }
+
+
+def without_fio() -> tuple[str, ...]:
+    return () if shutil.which("fio") else ("--without", "fio")
+
+
+def failed(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in result["verdicts"] if v["outcome"] == "fail"]
+
+
+def assert_healthy_pass(proc: Any, result: dict[str, Any], profile: str) -> None:
+    assert result, f"no result.json: {proc.stderr[-2000:]}"
+    assert failed(result) == [], [v["message"] for v in failed(result)]
+    assert proc.returncode == 0 and result["outcome"] == "PASS"
+    assert result["simulated"] is True and result["profile"] == profile
+    status = {c["check"]: c["status"] for c in result["checks"]}
+    assert all(status[c] == "ok" for c in WORKLOAD_CHECKS), status
+    judged = {(v["metric"], v["outcome"]) for v in result["verdicts"]}
+    # the correctness limits were applied, not merely absent from the failures
+    for metric in ("nccl.correct", "gemm.sdc_mismatches", "hbm.pattern_errors",
+                   "fsdp.loss_deviation", "fsdp.ckpt_resume_max_abs_diff",
+                   "fsdp.ckpt_resume_bitwise", "gemm.tflops", "nccl.busbw"):
+        assert (metric, "pass") in judged, metric
+
+
+def test_healthy_xe9680_roce_passes_with_workloads(tmp_path: Path) -> None:
+    node = make_node(tmp_path, "xe9680-h200", "gpu01", "roce")
+    # the compute-fabric ConnectX ports (one per GPU); the two storage ports are left
+    # alone by the rdma_network role and must not be judged as compute
+    compute = [n["bdf"] for n in node.state()["nics"] if n["role"] == "compute"]
+    assert len(compute) == 8 and len(node.state()["nics"]) == 10
+    proc, result = run_suite(node, tmp_path / "out", "xe9680-h200-lab",
+                             site_for(node, "roce", compute), *without_fio())
+    assert_healthy_pass(proc, result, "xe9680-h200-lab")
+    roce = [v for v in result["verdicts"] if v["metric"] == "roce.trust"]
+    assert len(roce) == 8 and all(v["outcome"] == "pass" for v in roce)
+
+
+def test_healthy_dl380a_ib_passes_with_workloads(tmp_path: Path) -> None:
+    node = make_node(tmp_path, "dl380a-gen12-h200nvl", "gpu02", "ib")
+    # hwsim models one ConnectX per GPU; this build's order (profile, rack1 inventory)
+    # has 4 on the compute fabric: one per GPU pair, two per socket
+    compute = [n["bdf"] for n in node.state()["nics"] if n["gpu"] in (0, 2, 4, 6)]
+    proc, result = run_suite(node, tmp_path / "out", "dl380a-gen12-h200nvl-lab",
+                             site_for(node, "ib", compute), *without_fio())
+    assert_healthy_pass(proc, result, "dl380a-gen12-h200nvl-lab")
+    layers = {v["value"] for v in result["verdicts"] if v["metric"] == "ib.link_layer"}
+    assert layers == {"InfiniBand"}
+
+
+def _names(kind: str, comp: dict[str, Any]) -> tuple[tuple[str, ...], list[str]]:
+    """(checks expected to fail, strings that name the faulted part) for one fault record."""
+    if comp["type"] == "gpu":
+        gpu = [f"serial {comp['serial']}", comp["bus_id"]]
+        return {
+            # nothing on the node names an absent GPU (no expected bus-id list): the
+            # count says one is missing; see the assertion on the message below
+            "gpu-missing": (("gpu.inventory",), ["gpu.count = 7"]),
+            "nvlink-down": (("nvlink.links",), [*gpu, f"NVLink {comp.get('nvlink')}"]),
+            "pcie-downtrained": (("pcie.gpu_link",), gpu),
+            "ecc-uncorrectable": (("gpu.health", "gpu.xid"), gpu),
+            "row-remap-pending": (("gpu.health",), gpu),
+            # the lost GPU makes nvidia-smi fail naming its bus id (rc 15)
+            "xid-79": (("gpu.inventory", "gpu.health"), [comp["bus_id"]]),
+            "thermal-throttle": (("gpu.health",), gpu),
+        }[kind]
+    if comp["type"] == "service":
+        return ("fabric.manager", "fabric.state"), [comp["name"]]
+    if comp["type"] == "nic":
+        return ("network.ports",), [f"NIC {comp['name']}"]
+    # an absent NVMe drive: md names the array it broke (and storage.nvme counts one
+    # short); no node-side output names the drive that is gone
+    return ("storage.raid",), ["md array md0"]
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_fault_fails_the_node_naming_the_part(tmp_path: Path, kind: str) -> None:
+    # faults generated in code from the capture-built state (hwsim apply_fault)
+    state = apply_fault(build_state("xe9680-h200", "gpu01", "roce", provisioned=True), kind)
+    record = state["faults"][-1]
+    node = make_node(tmp_path, "xe9680-h200", "gpu01", "roce", state)
+    compute = [n["bdf"] for n in state["nics"] if n["role"] == "compute"]
+    proc, result = run_suite(node, tmp_path / "out", "xe9680-h200-lab",
+                             site_for(node, "roce", compute), "--only", ",".join(HARDWARE_CHECKS))
+    assert proc.returncode == 1 and result["outcome"] == "FAIL", proc.stderr[-2000:]
+    checks, names = _names(kind, record["component"])
+    hits = [v for v in failed(result) if v["check"] in checks
+            and all(n in v["message"] + " " + v["remediation"] for n in names)]
+    assert hits, (record, [(v["check"], v["message"]) for v in failed(result)])
+
+
+def test_healthy_node_hardware_checks_pass_and_a_fault_is_the_only_difference(
+        tmp_path: Path) -> None:
+    # the control for the parametrized faults: the same node and --only set, unfaulted
+    node = make_node(tmp_path, "xe9680-h200", "gpu01", "roce")
+    compute = [n["bdf"] for n in node.state()["nics"] if n["role"] == "compute"]
+    proc, result = run_suite(node, tmp_path / "out", "xe9680-h200-lab",
+                             site_for(node, "roce", compute), "--only", ",".join(HARDWARE_CHECKS))
+    assert proc.returncode == 0 and failed(result) == [], [v["message"] for v in failed(result)]
+    assert {c["check"] for c in result["checks"]} == set(HARDWARE_CHECKS)
