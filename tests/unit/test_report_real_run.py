@@ -1,0 +1,52 @@
+"""Reports from a real run: `python -m validation run --level quick` on 2x H200.
+
+The result.json was brought back from the GPU machine (bench/validate_on_gpu.sh,
+2026-11-30; see bench/results/validate-h200x2-2026-11-30.md) and is kept
+unedited: it fails two checks for true reasons (NCCL 2.28.3 where the profile
+pins 2.28.9; no iommu=pt on that VM's kernel command line).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from rackready.report import build_reports
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-quick-result.json.gz"
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    node = tmp_path / "run" / "h200x2"
+    node.mkdir(parents=True)
+    (node / "result.json").write_bytes(gzip.decompress(FIXTURE.read_bytes()))
+    return tmp_path / "run"
+
+
+def test_real_h200_result_builds_schema_valid_reports_with_its_true_failures(tmp_path):
+    run = _run_dir(tmp_path)
+    paths = build_reports(run, {"json", "junit"})
+    assert {p.name for p in paths} >= {"node-h200x2.json", "rack.json", "junit.xml"}
+    doc = json.loads((run / "report" / "node-h200x2.json").read_text())
+    assert doc["outcome"] == "FAIL"
+    failed = sorted({v["check"] for v in doc["verdicts"] if v["outcome"] == "fail"})
+    assert failed == ["kernel.cmdline", "nccl.version"]
+    # every performance verdict on the real GPUs passed its profile floor
+    workload = ("gemm.", "hbm.", "nccl.busbw", "nccl.pair", "nccl.correct", "host.", "p2p.",
+                "fsdp.")
+    perf = [v for v in doc["verdicts"]
+            if v["metric"].startswith(workload) and v["outcome"] != "not_applicable"]
+    assert perf and all(v["outcome"] == "pass" for v in perf)
+    assert doc["simulated"] is False
+
+
+def test_real_result_names_both_gpus_by_serial(tmp_path):
+    run = _run_dir(tmp_path)
+    build_reports(run, {"html"})
+    html = (run / "report" / "node-h200x2.html").read_text()
+    result = json.loads(gzip.decompress(FIXTURE.read_bytes()))
+    gpus = result["inventory"]["gpus"]
+    serials = [g["serial"] for g in (gpus.values() if isinstance(gpus, dict) else gpus)]
+    assert len(serials) == 2 and all(s in html for s in serials)
+    assert "SIMULATED" not in html
