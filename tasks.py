@@ -76,16 +76,19 @@ def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False)
         "level": "quick (<=2 min), standard (<=10 min) or burnin (hours, resumable)",
         "out": "run directory (default: runs/<timestamp>)",
         "report_formats": "reports to write after the run (default: json,html,pdf,junit)",
+        "only": "only these checks, comma-separated (see `python -m validation checks`)",
+        "resume": "continue an interrupted run in this run directory (burn-in resumes "
+                  "from its last completed interval)",
     }
 )
 @user_errors
 def validate(c, node=None, inventory="lab", level="quick", out=None,
-             report_formats="json,html,pdf,junit"):
+             report_formats="json,html,pdf,junit", only=None, resume=None):
     """Validate nodes over SSH: checks, burn-in, collectives, FSDP job -> verdicts."""
     from rackready.validate import run_validation
 
     code = run_validation(node=node, inventory=inventory, level=level, out=out,
-                          formats=report_formats)
+                          formats=report_formats, only=only, resume=resume)
     if code:
         raise Exit(code=code)
 
@@ -172,6 +175,17 @@ def lab_heal(c, node=None):
     print(f"{node}: healed")
 
 
+@task(help={"node": "lab node name"})
+@user_errors
+def lab_reboot(c, node=None):
+    """Reboot a lab node (after provisioning says a reboot is pending)."""
+    required(node=node)
+    from rackready.lab import lab
+
+    lab.reboot(node)
+    print(f"{node}: rebooted")
+
+
 def _print_status(rows) -> None:
     if not rows:
         print("lab: no nodes (run `invoke lab.up`)")
@@ -241,6 +255,7 @@ lab_ns.add_task(lab_down, "down")
 lab_ns.add_task(lab_status, "status")
 lab_ns.add_task(lab_fault, "fault")
 lab_ns.add_task(lab_heal, "heal")
+lab_ns.add_task(lab_reboot, "reboot")
 
 ns = Collection()
 for t in (provision, validate, report, demo, test, lint):

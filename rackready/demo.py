@@ -28,6 +28,9 @@ def run_demo(nodes: int = 2, out=print) -> int:
     if report_run(result, out=out):
         out("provisioning failed; see the log above")
         return 1
+    for spec in specs:  # provisioning flags a reboot for the kernel arguments
+        lab.reboot(spec.name)
+    out("== lab.reboot (kernel arguments take effect)")
     faulty = specs[-1].name
     hit = lab.fault(faulty, DEMO_FAULT)
     out(f"== lab.fault --node {faulty} --fault {DEMO_FAULT}: {hit}")

@@ -35,6 +35,8 @@ class Node:
     lab: bool
     rdma_devices: tuple[str, ...] = ()  # compute ConnectX PCI addresses (rdma_network_mlx_devices)
     validation_site: dict | None = None  # rackready_validation_site: extra settings for the suite
+    # rackready_validation_without: needs this host cannot have (reported not applicable)
+    validation_without: tuple[str, ...] = ()
 
 
 def inventory_path(name: str) -> Path:
@@ -133,7 +135,7 @@ def _node(name: str, v: dict, path: Path) -> Node:
         if token.startswith("UserKnownHostsFile="):
             known = token.split("=", 1)[1]
     return Node(
-        name=name,
+        name=str(name),
         address=str(v.get("ansible_host", name)),
         profile=str(profile),
         platform=str(v.get("rackready_platform", "")),
@@ -146,4 +148,5 @@ def _node(name: str, v: dict, path: Path) -> Node:
         lab=bool(v.get("rackready_lab", False)),
         rdma_devices=tuple(str(d) for d in v.get("rdma_network_mlx_devices") or ()),
         validation_site=dict(v.get("rackready_validation_site") or {}),
+        validation_without=tuple(str(n) for n in v.get("rackready_validation_without") or ()),
     )

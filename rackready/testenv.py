@@ -18,4 +18,5 @@ def ensure_test_packages() -> None:
         missing.append("fonts-dejavu-core")
     if missing:
         env = {"DEBIAN_FRONTEND": "noninteractive"}
+        run(["apt-get", "update", "-qq"], env=env, timeout=900)
         run(["apt-get", "install", "-y", "-qq", *missing], env=env, timeout=1800)

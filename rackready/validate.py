@@ -38,25 +38,34 @@ class NodeRun:
 
 
 def run_validation(node: str | None, inventory: str = "lab", level: str = "quick",
-                   out: str | None = None, formats: str = "json,html,pdf,junit") -> int:
+                   out: str | None = None, formats: str = "json,html,pdf,junit",
+                   only: str | None = None, resume: str | None = None) -> int:
     if level not in LEVELS:
         raise UserError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
-    targets = [_find(node, inventory)] if node else _load(inventory)
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    run_dir = Path(out) if out else PROJECT_ROOT / "runs" / f"{run_id}-{inventory}"
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise UserError(f"run directory {run_dir} is not empty; choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    started = _now()
-    run_info = {"run_id": run_id, "inventory": inventory, "level": level, "started": started,
-                "finished": None, "nodes": [n.name for n in targets]}
-    _write_json(run_dir / "run.json", run_info)
+    if resume:
+        run_dir, run_info, targets = _resumed(resume, node, inventory)
+        run_id, level = run_info["run_id"], run_info["level"]
+    else:
+        targets = [_find(node, inventory)] if node else _load(inventory)
+        run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        run_dir = Path(out) if out else PROJECT_ROOT / "runs" / f"{run_id}-{inventory}"
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise UserError(f"run directory {run_dir} is not empty; choose another --out")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        run_info = {"run_id": run_id, "inventory": inventory, "level": level,
+                    "started": _now(), "finished": None, "nodes": [n.name for n in targets]}
+        _write_json(run_dir / "run.json", run_info)
 
     payload, digest = bundle.build()
     board = Board([n.name for n in targets])
     runs = [NodeRun(n, run_dir / n.name) for n in targets]
+    extra = (["--only", only] if only else []) + (["--resume"] if resume else [])
+
+    def one(run: NodeRun) -> None:
+        _run_node(run, run_id, level, payload, digest, board, extra)
+
     with ThreadPoolExecutor(max_workers=min(32, len(runs))) as pool:
-        list(pool.map(lambda r: _run_node(r, run_id, level, payload, digest, board), runs))
+        list(pool.map(one, runs))
     board.close()
 
     run_info["finished"] = _now()
@@ -67,6 +76,27 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     _reports(run_dir, formats)
     print(f"run directory: {run_dir}")
     return 0 if all(r.outcome == "PASS" for r in runs) else 1
+
+
+def _resumed(resume: str, node: str | None, inv: str
+             ) -> tuple[Path, dict, list[inventory.Node]]:
+    """An interrupted run's directory: same run id and level, the same nodes (or one)."""
+    run_dir = Path(resume)
+    info_path = run_dir / "run.json"
+    if not info_path.exists():
+        raise UserError(f"--resume {run_dir}: not a run directory (no run.json)")
+    info = json.loads(info_path.read_text())
+    names = [node] if node else info["nodes"]
+    unknown = sorted(set(names) - set(info["nodes"]))
+    if unknown:
+        raise UserError(f"--resume {run_dir}: {', '.join(unknown)} was not part of that run")
+    targets = [_find(n, info.get("inventory") or inv) for n in names]
+    for t in targets:
+        events = run_dir / t.name / "events.jsonl"
+        if events.exists():  # the node re-sends what it takes over; keep the original
+            events.rename(events.with_name("events.interrupted.jsonl"))
+        (run_dir / t.name / "result.json").unlink(missing_ok=True)
+    return run_dir, info, targets
 
 
 def _find(node: str, inv: str) -> inventory.Node:
@@ -86,7 +116,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _run_node(run: NodeRun, run_id: str, level: str, payload: bytes, digest: str,
-              board: Board) -> None:
+              board: Board, extra: list[str]) -> None:
     node = run.node
     run.dir.mkdir(parents=True, exist_ok=True)
     log = (run.dir / "node.log").open("a")
@@ -105,8 +135,10 @@ def _run_node(run: NodeRun, run_id: str, level: str, payload: bytes, digest: str
         site = {**(node.validation_site or {}), "fabric": node.fabric,
                 "platform": node.platform, "node": node.name,
                 "rdma_devices": list(node.rdma_devices)}
+        # Ansible hands over its own str subclasses; JSON makes them plain data.
+        site = json.loads(json.dumps(site))
         _put_text(client, f"{remote_out}.site.yml", yaml.safe_dump(site))
-        command = _command(node, level, remote_out, digest)
+        command = _command(node, level, remote_out, digest, extra)
         log.write(f"$ {command}\n")
         board.update(node.name, "starting")
         rc = _stream(client, command, run, log, board)
@@ -127,12 +159,15 @@ def _run_node(run: NodeRun, run_id: str, level: str, payload: bytes, digest: str
     board.finish(node.name, run.outcome, detail)
 
 
-def _command(node: inventory.Node, level: str, remote_out: str, digest: str) -> str:
+def _command(node: inventory.Node, level: str, remote_out: str, digest: str,
+             extra: list[str]) -> str:
     args = [
         f"{NODE_VENV}/bin/python", "-m", "validation", "run",
         "--profile", node.profile, "--level", level, "--out", remote_out,
-        "--sysroot", node.sysroot, "--site", f"{remote_out}.site.yml",
+        "--sysroot", node.sysroot, "--site", f"{remote_out}.site.yml", *extra,
     ]
+    if node.validation_without:
+        args += ["--without", ",".join(node.validation_without)]
     env = f"RACKREADY_BUNDLE_SHA256={digest} NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1"
     return (
         f"test -x {NODE_VENV}/bin/python || "

@@ -2,7 +2,7 @@
 
     python -m validation run --profile P --level quick|standard|burnin --out DIR
         [--sysroot ROOT] [--site FILE.yml] [--only CHECK,...]
-        [--gpus N] [--without NEED,...]
+        [--gpus N] [--without NEED,...] [--resume]
     python -m validation checks
     python -m validation profiles
 
@@ -46,6 +46,7 @@ def _csv(text: str | None) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from validation.profile import ProfileError, load_profile, scope, with_site
+    from validation.resume import FINAL, check_resumable, read_previous
     from validation.runner import run_suite
 
     try:
@@ -61,11 +62,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
+    previous = None
+    if args.resume:
+        try:
+            previous = read_previous(out)
+            check_resumable(previous, profile.name, args.level, profile.scope)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if previous.outcome in FINAL:
+            print(f"run {previous.run_id} in {out} already finished: {previous.outcome}; "
+                  "nothing to resume", file=sys.stderr)
+            return 0 if previous.outcome == "PASS" else 1
     try:
         # The controller ships the suite as a bundle and names its content hash.
         result = run_suite(profile, args.level, out, sysroot, _site(args.site),
                            _csv(args.only) or None,
-                           bundle_sha256=os.environ.get("RACKREADY_BUNDLE_SHA256"))
+                           bundle_sha256=os.environ.get("RACKREADY_BUNDLE_SHA256"),
+                           resume=previous)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     fails = [v for v in result["verdicts"] if v["outcome"] == "fail"]
@@ -108,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the checks and write DIR/result.json")
     run.add_argument("--profile", required=True, help="profile name or path to a .yml")
     run.add_argument("--level", required=True, choices=("quick", "standard", "burnin"))
-    run.add_argument("--out", required=True, help="run directory (an old one is moved aside)")
+    run.add_argument("--out", required=True,
+                     help="run directory (an old one is moved aside, unless --resume)")
     run.add_argument("--sysroot", default="/", help="prefix for /proc and /sys reads")
     run.add_argument("--site", help="YAML of per-node settings: fabric, mtu, roce_priority, node")
     run.add_argument("--only", help="comma-separated check names")
@@ -116,6 +130,9 @@ def parser() -> argparse.ArgumentParser:
                                               "(a VM slice); recorded in the result")
     run.add_argument("--without", help="needs the profile should not require here, "
                                        "e.g. rdma,nvme,raid; recorded in the result")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the interrupted run in --out (same profile and level): "
+                          "finished checks are kept, the burn-in continues where it stopped")
     run.set_defaults(fn=cmd_run)
     sub.add_parser("checks", help="list every check and what it needs").set_defaults(
         fn=cmd_checks)

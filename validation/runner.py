@@ -2,7 +2,8 @@
 
 A re-run into an existing run directory moves the old one aside to
 DIR.previous-<UTC timestamp> so nothing of an earlier run leaks into this one
-and nothing is lost.
+and nothing is lost. A resumed run (`--resume`, resume.py) instead continues the
+interrupted run in DIR: same run id, finished checks taken over, the rest run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from validation.checks.health_delta import read_counters
 from validation.checks.registry import CheckSkipped, CheckSpec, Context, all_checks
 from validation.model import SCHEMA_VERSION, CheckResult, Measurement
 from validation.profile import Profile
+from validation.resume import PreviousRun, RecordedError, counters_to_json, set_events_aside
 
 HEALTH_CHECK = "health.delta"
 
@@ -123,31 +125,59 @@ def _sha256(path: Path) -> str:
 
 def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/"),
               site: dict[str, Any] | None = None, only: list[str] | None = None,
-              stdout: TextIO = sys.stdout, bundle_sha256: str | None = None) -> dict[str, Any]:
-    """Run the suite and return the result dict (also written to out/result.json)."""
+              stdout: TextIO = sys.stdout, bundle_sha256: str | None = None,
+              resume: PreviousRun | None = None) -> dict[str, Any]:
+    """Run the suite and return the result dict (also written to out/result.json).
+
+    With `resume` (resume.read_previous of out, checked by resume.check_resumable) the
+    interrupted run continues: its finished checks are re-emitted with "resumed": true
+    and not run again, its start-of-run health counters stand, the rest runs.
+    """
     site = dict(site or {})
     checks = select_checks(level, only)
-    prepare_out(out)
-    run_id = str(uuid.uuid4())
     hostname = socket.gethostname()
-    node = str(site.get("node", hostname))
-    started = _now()
+    resumed_at: list[str] = []
+    if resume is None:
+        prepare_out(out)
+        run_id, node, started = str(uuid.uuid4()), str(site.get("node", hostname)), _now()
+    else:
+        set_events_aside(out)
+        (out / "artifacts").mkdir(parents=True, exist_ok=True)
+        run_id, started = resume.run_id, resume.started
+        node = resume.node or str(site.get("node", hostname))
+        resumed_at = [*resume.resumed_at, _now()]
+        checks = [c for c in checks if c.name not in resume.results]
     results: list[CheckResult] = []
     finished = False
     with (out / "events.jsonl").open("w") as events:
         ctx = Context(profile=profile, level=level, sysroot=sysroot, out=out, site=site,
                       stream=[stdout, events])
-        ctx.emit({"event": "run_started", "run_id": run_id, "node": node,
-                  "profile": profile.name, "level": level, "simulated": profile.simulated,
-                  "scope": profile.scope})
+        start_event: dict[str, Any] = {
+            "event": "run_started", "run_id": run_id, "node": node, "profile": profile.name,
+            "level": level, "simulated": profile.simulated, "scope": profile.scope}
+        if resume is not None:
+            start_event.update(resumed=True, first_started=started, resumed_at=resumed_at)
+        ctx.emit(start_event)
         required = profile.required_needs()
         try:
-            if any(c.name == HEALTH_CHECK for c in checks) and "gpu" in required:
+            if resume is not None:
+                results += _take_over(ctx, resume)
+            wants_health = any(c.name == HEALTH_CHECK for c in checks) and "gpu" in required
+            if resume is not None and resume.health_start is not None:
+                # the original run's counters, so the delta covers the whole burn-in
+                ctx.cache["health.start"] = resume.health_start
+                _emit_health_start(ctx, resume.health_start)
+            elif resume is not None and wants_health:
+                ctx.cache["health.start"] = RuntimeError(
+                    "the interrupted run recorded no start-of-run counters; re-reading them "
+                    "now would hide what happened before the interruption")
+            elif wants_health:
                 try:
                     ctx.cache["health.start"] = read_counters(ctx)
                 except Exception as exc:  # judged through the health.delta check
                     ctx.cache["health.start"] = exc
                 ctx.cache.pop("smi", None)
+                _emit_health_start(ctx, ctx.cache["health.start"])
             for spec in checks:
                 result = run_check(spec, ctx, required)
                 results.append(result)
@@ -164,6 +194,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                 "hostname": hostname, "profile": profile.name, "level": level,
                 "simulated": profile.simulated, "scope": profile.scope,
                 "started": started, "finished": _now(),
+                **({"resumed_at": resumed_at} if resumed_at else {}),
                 "tool_versions": {"python": platform.python_version(),
                                   "nvidia_driver": _inventory(results).get(
                                       "gpu_driver_version")},
@@ -180,3 +211,25 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
             tmp.replace(out / "result.json")
             ctx.emit({"event": "run_finished", "outcome": outcome})
     return result
+
+
+def _take_over(ctx: Context, prev: PreviousRun) -> list[CheckResult]:
+    """The interrupted run's finished checks, re-emitted for the controller and reports."""
+    taken = []
+    for name, result in prev.results.items():
+        ctx.emit({"event": "check_started", "check": name, "needs": list(result.needs),
+                  "resumed": True})
+        ctx.emit({"event": "check_finished", "check": name, "result": result.to_dict(),
+                  "resumed": True})
+        taken.append(result)
+    return taken
+
+
+def _emit_health_start(ctx: Context, start: Any) -> None:
+    """Start-of-run counters into the event stream, where a resumed run finds them."""
+    if isinstance(start, RecordedError):  # re-emitted as the interrupted run wrote it
+        ctx.emit({"event": "health_start", "error": str(start)})
+    elif isinstance(start, Exception):
+        ctx.emit({"event": "health_start", "error": f"{type(start).__name__}: {start}"})
+    else:
+        ctx.emit({"event": "health_start", "counters": counters_to_json(start)})

@@ -107,6 +107,7 @@ def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeS
         state = build_state(spec.platform, spec.name, fabric=spec.fabric, provisioned=False)
         write_node_state(state, spec.root)
         network.ensure_node_network(spec)
+        network.ensure_nic_netdevs(spec, [n["netdev"] for n in state["nics"]])
         nodes.detach_drives(drives.get(spec.name, []))
         drives[spec.name] = nodes.attach_drives(spec)
         nodes.boot(spec, drives[spec.name])
@@ -151,6 +152,19 @@ def down(progress=print) -> None:
 def _spec_for_netns(ns: str) -> NodeSpec:
     name = ns.removeprefix("rr-")
     return NodeSpec(name, 0, "", "")
+
+
+def reboot(name: str) -> None:
+    """Power-cycle a node (what a site does after provisioning flags a reboot): the
+    simulated kernel then boots with the GRUB arguments the roles wrote, drivers load
+    from modules-load.d and the boot-time units (RoCE QoS) run again."""
+    require_root()
+    spec = find(name)
+    nodes.stop(spec)
+    nodes.boot(spec, _drives().get(spec.name, []))
+    nodes.wait_for_ssh(spec)
+    # systemd reached multi-user: the boot-time units have run
+    nodes.ssh(spec, "systemctl is-system-running --wait >/dev/null || true")
 
 
 def status() -> list[NodeStatus]:

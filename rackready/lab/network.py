@@ -74,3 +74,15 @@ def lab_links() -> list[str]:
 def lab_namespaces() -> list[str]:
     base = Path("/run/netns")
     return sorted(p.name for p in base.glob("rr-*")) if base.exists() else []
+
+
+def ensure_nic_netdevs(node: NodeSpec, netdevs: list[str]) -> None:
+    """Real interfaces inside the node named as its simulated ConnectX ports: a veth
+    pair each, both ends in the node's namespace and down. They carry no traffic; they
+    give the provisioning's `ip link set ... mtu` something real to act on."""
+    have = run(["ip", "-n", node.netns, "-o", "link", "show"]).stdout
+    for dev in netdevs:
+        if f": {dev}@" in have or f": {dev}:" in have:
+            continue
+        run(["ip", "-n", node.netns, "link", "add", dev, "type", "veth", "peer", "name",
+             f"{dev[:13]}p"])

@@ -39,6 +39,7 @@ def lab_nodes() -> Lab:
         pytest.fail("lab tests need root (systemd-nspawn, network namespaces)")
     from rackready.lab.inventory import LAB_INVENTORY
 
+    lab.down(progress=lambda msg: None)  # always fresh nodes: check mode must see a new OS
     specs = lab.up(2, progress=lambda msg: print(f"[lab] {msg}"))
     yield Lab(specs, LAB_INVENTORY / "hosts.yml")
     lab.down(progress=lambda msg: None)
@@ -51,4 +52,6 @@ def provisioned_lab(lab_nodes) -> Lab:
 
     result = run_playbook(lab_nodes.inventory, quiet=True)
     assert result.rc == 0, result.failures
+    for name in lab_nodes.names:  # the reboot provisioning asks for (kernel arguments)
+        lab.reboot(name)
     return lab_nodes

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fault_expectations import HARDWARE_CHECKS, expected_failure
 from hwsim_node import Node, make_node, run_suite
 
 from rackready.lab.hwsim.faults import FAULT_KINDS, apply_fault
@@ -34,12 +35,6 @@ WORKLOAD_CHECKS = ("gemm_burnin", "hbm", "collectives", "host_transfers", "stora
 # every registered check that reads the (simulated) hardware rather than running a workload;
 # the fault runs use these alone: the faults live in the hardware state, which the
 # workloads on CPU never read, and a workload pass takes ~40 s on 2 cores
-HARDWARE_CHECKS = (
-    "gpu.inventory", "nccl.version", "gpu.health", "gpu.xid", "nvlink.topology", "nvlink.links",
-    "pcie.gpu_link", "pcie.nic_link", "pcie.numa", "pcie.acs", "fabric.state", "fabric.manager",
-    "network.ports", "network.roce_qos", "network.peermem", "storage.nvme", "storage.raid",
-    "kernel.cmdline", "kernel.nouveau", "health.delta",
-)
 
 
 def site_for(node: Node, fabric: str, nics: list[str]) -> dict[str, Any]:
@@ -104,31 +99,6 @@ def test_healthy_dl380a_ib_passes_with_workloads(tmp_path: Path) -> None:
     assert layers == {"InfiniBand"}
 
 
-def _names(kind: str, comp: dict[str, Any]) -> tuple[tuple[str, ...], list[str]]:
-    """(checks expected to fail, strings that name the faulted part) for one fault record."""
-    if comp["type"] == "gpu":
-        gpu = [f"serial {comp['serial']}", comp["bus_id"]]
-        return {
-            # nothing on the node names an absent GPU (no expected bus-id list): the
-            # count says one is missing; see the assertion on the message below
-            "gpu-missing": (("gpu.inventory",), ["gpu.count = 7"]),
-            "nvlink-down": (("nvlink.links",), [*gpu, f"NVLink {comp.get('nvlink')}"]),
-            "pcie-downtrained": (("pcie.gpu_link",), gpu),
-            "ecc-uncorrectable": (("gpu.health", "gpu.xid"), gpu),
-            "row-remap-pending": (("gpu.health",), gpu),
-            # the lost GPU makes nvidia-smi fail naming its bus id (rc 15)
-            "xid-79": (("gpu.inventory", "gpu.health"), [comp["bus_id"]]),
-            "thermal-throttle": (("gpu.health",), gpu),
-        }[kind]
-    if comp["type"] == "service":
-        return ("fabric.manager", "fabric.state"), [comp["name"]]
-    if comp["type"] == "nic":
-        return ("network.ports",), [f"NIC {comp['name']}"]
-    # an absent NVMe drive: md names the array it broke (and storage.nvme counts one
-    # short); no node-side output names the drive that is gone
-    return ("storage.raid",), ["md array md0"]
-
-
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_every_fault_fails_the_node_naming_the_part(tmp_path: Path, kind: str) -> None:
     # faults generated in code from the capture-built state (hwsim apply_fault)
@@ -139,7 +109,7 @@ def test_every_fault_fails_the_node_naming_the_part(tmp_path: Path, kind: str) -
     proc, result = run_suite(node, tmp_path / "out", "xe9680-h200-lab",
                              site_for(node, "roce", compute), "--only", ",".join(HARDWARE_CHECKS))
     assert proc.returncode == 1 and result["outcome"] == "FAIL", proc.stderr[-2000:]
-    checks, names = _names(kind, record["component"])
+    checks, names = expected_failure(kind, record["component"])
     hits = [v for v in failed(result) if v["check"] in checks
             and all(n in v["message"] + " " + v["remediation"] for n in names)]
     assert hits, (record, [(v["check"], v["message"]) for v in failed(result)])

@@ -17,6 +17,7 @@ from typing import Any
 
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
+from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS, parse_nccl_tests
 from validation.workloads.launch import WorkloadFailed, run_workload
 
@@ -123,10 +124,27 @@ def _run(
 def gemm_burnin(ctx: Context) -> Iterator[Measurement]:
     p = _params(ctx, "gemm_burnin")
     args = ["--duration-s", str(p["duration_s"])]
-    for k in ("side", "dtypes", "sdc_every_s", "ramp_s"):
+    for k in ("side", "dtypes", "sdc_every_s", "ramp_s", "interval_s"):
         if k in p:
             args += [f"--{k.replace('_', '-')}", str(p[k])]
-    yield from _run(ctx, "gemm_burnin", args, float(p["duration_s"]) + 30)
+    out = ctx.artifacts / "workloads" / "gemm_burnin"
+    # A fresh run starts in an emptied run directory (runner.prepare_out), so interval
+    # logs here can only be those of the interrupted run that `--resume` continues.
+    done = done_s(read_intervals(log_path(out, 0)))
+    if log_path(out, 0).exists():
+        args.append("--resume")
+        _keep_aside(out / "gemm_burnin.log")  # the launcher starts a new log
+    yield from _run(ctx, "gemm_burnin", args, max(0.0, float(p["duration_s"]) - done) + 30)
+
+
+def _keep_aside(log: Path) -> None:
+    """The interrupted worker's log stays beside the new one (gemm_burnin.log.1, .2, ...)."""
+    if not log.exists():
+        return
+    k = 1
+    while log.with_name(f"{log.name}.{k}").exists():
+        k += 1
+    log.rename(log.with_name(f"{log.name}.{k}"))
 
 
 @check(

@@ -7,19 +7,30 @@ Each interval (about --interval-s) is timed with device events and matched
 with NVML samples taken in a thread. Every --sdc-every-s the same seeded
 product is computed on every GPU and compared bit for bit across GPUs and
 with the GPU's own first result.
+
+Every completed interval is appended durably to DIR/intervals.rank<r>.jsonl
+(validation.workloads.burnin_log). With --resume the worker reads those logs,
+runs only the time that is left and reports the whole window (earlier
+intervals and new ones), so an interrupted burn-in is not started over.
 """
 
 from __future__ import annotations
 
+import bisect
+import os
 import statistics
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from validation.workloads import burnin_log
+from validation.workloads.burnin_log import IntervalLog, LogBusy, Record
 from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
 from validation.workloads.sdc import sdc_blame
-from validation.workloads.telemetry import Sampler, gpu_uuid, window
+from validation.workloads.telemetry import Sample, Sampler, gpu_uuid
 
 SDC_SEED = 20261130
 
@@ -52,13 +63,27 @@ class SdcScreen:
     slower one mid-burn, which would dip its power); GPUs compare with each other
     only at the first and last screen."""
 
-    def __init__(self, d: Dist, n: int, fault_rank: int) -> None:
+    def __init__(
+        self, d: Dist, n: int, fault_rank: int, carried: tuple[int, int] = (0, 0)
+    ) -> None:
         self.d, self.fault_rank = d, fault_rank
         self.a, self.b = _operands(d, n, "bf16", SDC_SEED)
         self.first: torch.Tensor | None = None
         self.repeat_bad = torch.zeros((), dtype=torch.int64, device=d.device)
         self.mismatches = 0  # elements, summed over screens
-        self.screens = 0
+        self.screens = 0  # in this process
+        # (screens, repeat mismatches) of the interrupted segments this run continues
+        self.carried_screens, self.carried_bad = carried
+        self.bad_seen = 0
+
+    def bad_so_far(self) -> int:
+        """Repeat mismatches in this process so far (a local sync: only after a screen)."""
+        self.bad_seen = int(self.repeat_bad.item())
+        return self.bad_seen
+
+    @property
+    def total_screens(self) -> int:
+        return self.carried_screens + self.screens
 
     def _product(self) -> torch.Tensor:
         c = torch.matmul(self.a, self.b)
@@ -80,7 +105,7 @@ class SdcScreen:
         d = self.d
         c = self._product()
         self.repeat_bad += (c != self.first).sum()
-        repeat = int(self.repeat_bad.item())
+        repeat = int(self.repeat_bad.item()) + self.carried_bad
         flat = c.contiguous().view(torch.int16).view(-1)
         if flat.numel() % 2:
             raise UsageError("--sdc-n must make an even element count")
@@ -116,12 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--fault-rank", type=int, default=-1, help="testing: flip a bit in this rank's SDC result"
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the burn-in whose interval logs are in --out: run only the time "
+        "left and report earlier and new intervals together",
+    )
     a = p.parse_args(argv)
     if a.duration_s <= 0 or a.interval_s <= 0:
         raise UsageError("--duration-s and --interval-s must be positive")
     dtypes = [t for t in a.dtypes.split(",") if t]
     if any(t not in ("bf16", "fp8") for t in dtypes):
         raise UsageError(f"bad --dtypes {a.dtypes!r}: bf16 and/or fp8")
+    # the log is locked before the process group forms: an orphaned worker of the
+    # interrupted run still burning into it is a one-line error, not a hang
+    log_file = burnin_log.log_path(a.out, int(os.environ.get("RANK", "0")))
+    prior = burnin_log.read_intervals(log_file) if a.resume else []
+    try:
+        ilog = IntervalLog(log_file, fresh=not a.resume)
+    except LogBusy as e:
+        raise UsageError(str(e)) from None
     d = init(a.device)
     n = a.side or (16384 if d.is_cuda else 256)
     sink = Sink(a.out, "gemm_burnin", d.rank)
@@ -133,17 +172,23 @@ def main(argv: list[str] | None = None) -> int:
     sampler = Sampler(gpu_uuid(d.local_rank), d.local_rank).start() if d.is_cuda else None
     if sampler is not None:
         sink.emit("gemm.telemetry_ok", sampler.available, "", gpu=d.local_rank)
-    sdc = SdcScreen(d, a.sdc_n or (4096 if d.is_cuda else 64), a.fault_rank)
+    sdc = SdcScreen(d, a.sdc_n or (4096 if d.is_cuda else 64), a.fault_rank,
+                    burnin_log.sdc_carry(prior))
     sdc.screen()
     share = {
         t: (a.fp8_share if t == "fp8" else 1 - a.fp8_share) if len(dtypes) > 1 else 1.0
         for t in dtypes
     }
-    t_start = time.monotonic()
+    seg = Segment(burnin_log.next_segment(prior), burnin_log.burn_clock(prior), time.monotonic())
     for dtype in dtypes:
-        _burn(d, sink, sampler, sdc, dtype, n, a.duration_s * share[dtype], a, t_start)
+        earlier = [r for r in prior if r["dtype"] == dtype]
+        new = _burn(d, sampler, sdc, dtype, n, a.duration_s * share[dtype], a, ilog, seg,
+                    burnin_log.done_s(earlier))
+        _report(sink, sampler, d.local_rank, dtype, n, earlier + new)
+    ilog.close()
     sdc.cross()
-    sink.emit("gemm.sdc_mismatches", sdc.mismatches, "count", gpu=d.local_rank, screens=sdc.screens)
+    sink.emit("gemm.sdc_mismatches", sdc.mismatches, "count", gpu=d.local_rank,
+              screens=sdc.total_screens)
     if sampler is not None:
         sampler.stop()
     sink.close()
@@ -151,17 +196,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class Segment:
+    """This process's part of the burn-in: its number and where it starts on the burn clock."""
+
+    number: int
+    clock0: float  # burn-in seconds already done before this process
+    t0: float  # time.monotonic() when this process started burning
+
+
 def _burn(
     d: Dist,
-    sink: Sink,
     sampler: Sampler | None,
     sdc: SdcScreen,
     dtype: str,
     n: int,
     duration: float,
-    a,
-    t_run0: float,
-) -> None:
+    a: Any,
+    ilog: IntervalLog,
+    seg: Segment,
+    done: float,
+) -> list[Record]:
+    """Burn the time left of `duration` (`done` seconds were burnt before); each
+    completed interval goes to the log before the next starts."""
     x, y = _operands(d, n, dtype, 1000 + d.rank)
     out = torch.empty(n, n, dtype=torch.bfloat16, device=d.device) if dtype == "bf16" else None
     flop = 2.0 * n**3
@@ -173,24 +230,30 @@ def _burn(
     d.sync()
     per = max(time.perf_counter() - t0, 1e-6)
     iters = max(1, int(a.interval_s / per))
+    remaining = max(0.0, duration - done)
     plan = torch.tensor(
         [
             iters,
-            max(1, round(duration / (iters * per))),
+            # a fresh burn-in runs at least one interval; a resumed one may have none left
+            max(0 if done else 1, round(remaining / (iters * per))),
             max(1, round(a.sdc_every_s / (iters * per))),
         ],
         device=d.device,
     )
-    dist.broadcast(plan, 0)  # rank 0's plan everywhere: the SDC screens' collectives line up
+    dist.broadcast(plan, 0)  # rank 0's plan everywhere: every rank reaches the last screen
     iters, intervals, sdc_every = (int(v) for v in plan.tolist())
-    rows = []  # (host start, host end, tflops)
+    records: list[Record] = []
     ev0, ev1 = (
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
         if d.is_cuda
         else (None, None)
     )
+    ramp_end = None
+    bad = sdc.bad_seen
     for i in range(intervals):
         h0 = time.monotonic()
+        if ramp_end is None:  # each segment ramps up again (the GPUs sat idle meanwhile)
+            ramp_end = h0 + a.ramp_s
         if ev0 is not None:
             ev0.record()
         c0 = time.perf_counter()
@@ -203,57 +266,76 @@ def _burn(
         else:
             secs = time.perf_counter() - c0
         h1 = time.monotonic()
-        rows.append((h0, h1, flop * iters / secs / 1e12))
         if (i + 1) % sdc_every == 0:
             sdc.screen()
-    g = d.local_rank
-    ramp_end = rows[0][0] + a.ramp_s
-    steady = [r for r in rows if r[0] >= ramp_end] or rows[len(rows) // 2 :]
-    sink.emit(
-        "gemm.tflops",
-        round(statistics.median(r[2] for r in steady), 2),
-        "TFLOP/s",
-        gpu=g,
-        dtype=dtype,
-        n=n,
-    )
-    fractions, reasons = [], 0
-    for h0, h1, tf in rows:
-        ts = round(h0 - t_run0, 2)
-        sink.emit("gemm.interval_tflops", round(tf, 2), "TFLOP/s", gpu=g, dtype=dtype, t_s=ts)
-        if sampler is None or not sampler.available:
+            bad = sdc.bad_so_far()
+        rec: Record = {
+            "dtype": dtype,
+            "segment": seg.number,
+            "i": i,
+            "t_s": round(seg.clock0 + h0 - seg.t0, 3),
+            "dur_s": round(h1 - h0, 4),
+            "tflops": round(flop * iters / secs / 1e12, 4),
+            "steady": h0 >= ramp_end,
+            "plan_intervals": intervals,
+            "nominal_s": round(iters * per, 4),
+            "n": n,
+            **_telemetry(sampler, h0, h1),
+            "sdc_screens": sdc.screens,
+            "sdc_repeat_bad": bad,
+        }
+        ilog.append(rec)
+        records.append(rec)
+    return records
+
+
+def _window(samples: list[Sample], t0: float, t1: float) -> list[Sample]:
+    # bisect: a 4 h burn-in holds ~70k samples, scanned once per interval otherwise
+    lo = bisect.bisect_left(samples, t0, key=lambda s: s.t)
+    hi = bisect.bisect_left(samples, t1, lo=lo, key=lambda s: s.t)
+    return samples[lo:hi]
+
+
+def _telemetry(sampler: Sampler | None, h0: float, h1: float) -> dict[str, Any]:
+    """NVML figures of one interval; None where NVML is absent or gave no sample."""
+    w = _window(sampler.samples, h0, h1) if sampler is not None and sampler.available else []
+    if not w or sampler is None:
+        return dict.fromkeys(("power_w", "sm_mhz", "temp_c", "reasons", "power_limit_w"))
+    reasons = 0
+    for s in w:
+        reasons |= s.reasons
+    return {
+        "power_w": round(statistics.fmean(s.power_w for s in w), 2),
+        "sm_mhz": round(statistics.fmean(s.sm_mhz for s in w)),
+        "temp_c": max(s.temp_c for s in w),
+        "reasons": reasons,
+        "power_limit_w": sampler.power_limit_w,
+    }
+
+
+def _report(
+    sink: Sink, sampler: Sampler | None, g: int, dtype: str, n: int, records: list[Record]
+) -> None:
+    """Measurements of the whole window of one dtype: earlier segments and this one."""
+    summ = burnin_log.summarize(records)
+    sink.emit("gemm.tflops", round(summ["tflops"], 2), "TFLOP/s", gpu=g, dtype=dtype, n=n)
+    for r in records:
+        ts = round(float(r["t_s"]), 2)
+        sink.emit("gemm.interval_tflops", round(r["tflops"], 2), "TFLOP/s", gpu=g, dtype=dtype,
+                  t_s=ts)
+        if r.get("power_w") is None:
             continue
-        w = window(sampler.samples, h0, h1)
-        if not w:
-            continue
-        pw = statistics.fmean(s.power_w for s in w)
-        sink.emit("gemm.interval_power_w", round(pw, 1), "W", gpu=g, dtype=dtype, t_s=ts)
-        sink.emit(
-            "gemm.interval_sm_clock_mhz",
-            round(statistics.fmean(s.sm_mhz for s in w)),
-            "MHz",
-            gpu=g,
-            dtype=dtype,
-            t_s=ts,
-        )
-        sink.emit("gemm.interval_temp_c", max(s.temp_c for s in w), "C", gpu=g, dtype=dtype, t_s=ts)
-        for s in w:
-            reasons |= s.reasons
-        if h0 >= ramp_end and sampler.power_limit_w:
-            fractions.append(pw / sampler.power_limit_w)
+        sink.emit("gemm.interval_power_w", round(r["power_w"], 1), "W", gpu=g, dtype=dtype, t_s=ts)
+        sink.emit("gemm.interval_sm_clock_mhz", r["sm_mhz"], "MHz", gpu=g, dtype=dtype, t_s=ts)
+        sink.emit("gemm.interval_temp_c", r["temp_c"], "C", gpu=g, dtype=dtype, t_s=ts)
     if sampler is not None and sampler.available:
-        if fractions:
-            # the weakest interval after ramp-up: a burn-in holds the limit the whole time
-            sink.emit("gemm.power_fraction", round(min(fractions), 4), "", gpu=g, dtype=dtype)
-            sink.emit(
-                "gemm.power_fraction_median",
-                round(statistics.median(fractions), 4),
-                "",
-                gpu=g,
-                dtype=dtype,
-            )
+        if summ["power_fraction"] is not None:
+            sink.emit("gemm.power_fraction", round(summ["power_fraction"], 4), "", gpu=g,
+                      dtype=dtype)
+            sink.emit("gemm.power_fraction_median", round(summ["power_fraction_median"], 4), "",
+                      gpu=g, dtype=dtype)
         sink.emit("gemm.power_limit_w", sampler.power_limit_w, "W", gpu=g)
-        sink.emit("gemm.clock_event_reasons", reasons, "", gpu=g, dtype=dtype)
+        sink.emit("gemm.clock_event_reasons", summ["reasons"] or 0, "", gpu=g, dtype=dtype)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,24 @@ def _autoload() -> list[str]:
     return names
 
 
+def _grub_args() -> list[str]:
+    """Kernel arguments GRUB would boot with (what update-grub and a reboot apply):
+    GRUB_CMDLINE_LINUX_DEFAULT from /etc/default/grub and its grub.d drop-ins."""
+    root = Path(os.environ.get("HWSIM_GRUB_DEFAULT", "/etc/default"))
+    files = [root / "grub", *sorted((root / "grub.d").glob("*.cfg"))]
+    args: list[str] = []
+    for f in files:
+        if not f.is_file():
+            continue
+        for line in f.read_text().splitlines():
+            key, _, value = line.strip().partition("=")
+            if key == "GRUB_CMDLINE_LINUX_DEFAULT":
+                for tok in value.strip().strip('"').split():
+                    if not tok.startswith("$") and tok not in args and tok != "quiet":
+                        args.append(tok)
+    return args
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ("gpu", "nic"):
         raise ToolError("usage: hwsim-boot gpu|nic", 2)
@@ -39,6 +57,9 @@ def main(argv: list[str]) -> int:
                 if m.startswith("nvidia") and m in have:
                     loaded += [x for x in _closure(m) if x not in loaded]
             state["modules"] = loaded
+            kernel = state["kernel"]
+            base = kernel.setdefault("base_cmdline", kernel["cmdline"])
+            kernel["cmdline"] = " ".join([base, *_grub_args()]).strip()
             for svc in state["services"].values():
                 svc["running"] = False
             for g in state["gpus"]:

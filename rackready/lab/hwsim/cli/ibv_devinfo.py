@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from .common import ToolError, load_state, run
@@ -75,8 +76,20 @@ def main(argv: list[str]) -> int:
             raise ToolError(f"IB device '{dev}' wasn't found", 255)
     qos = state.get("nic_config", {})
     for n in nics:
-        sys.stdout.write(block(n, verbose, qos.get(n["name"], {}).get("qos", {}).get("mtu", 4096)))
+        mtu = netdev_mtu(n.get("netdev")) or qos.get(n["name"], {}).get("qos", {}).get("mtu", 4096)
+        sys.stdout.write(block(n, verbose, mtu))
     return 0
+
+
+def netdev_mtu(netdev: str | None) -> int | None:
+    """The port's netdev MTU where the lab gave the node real interfaces for its NICs
+    (an Ethernet port's RoCE MTU follows it, so `ip link set mtu` acts as on real ports)."""
+    if not netdev:
+        return None
+    try:
+        return int(Path("/sys/class/net", netdev, "mtu").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""Every lab.fault kind, validated over SSH on a provisioned lab node: the node fails,
+and the failing check names the faulted part (GPU serial, NVLink, NIC port, ...).
+
+Only the hardware checks run here (`--only`): a fault lives in the hardware state,
+which the CPU workloads never read; the healthy node's full run is in
+test_validate_lab.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fault_expectations import HARDWARE_CHECKS, expected_failure
+
+from rackready.lab import lab
+from rackready.lab.hwsim.faults import FAULT_KINDS
+from rackready.lab.hwsim.sysroot import read_node_state
+from rackready.validate import run_validation
+
+pytestmark = pytest.mark.lab
+
+NODE = "lab-gpu01"
+
+
+def _validate(tmp_path, name: str) -> dict:
+    out = tmp_path / name
+    code = run_validation(NODE, "lab", "quick", str(out), formats="json",
+                          only=",".join(HARDWARE_CHECKS))
+    result = json.loads((out / NODE / "result.json").read_text())
+    assert code == (0 if result["outcome"] == "PASS" else 1)
+    return result
+
+
+def test_healthy_node_passes_the_hardware_checks(provisioned_lab, tmp_path):
+    lab.heal(NODE)
+    result = _validate(tmp_path, "healthy")
+    failed = [v["message"] for v in result["verdicts"] if v["outcome"] == "fail"]
+    assert result["outcome"] == "PASS" and failed == []
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_fault_fails_the_node_naming_the_part(provisioned_lab, tmp_path, kind):
+    lab.fault(NODE, kind)
+    try:
+        record = read_node_state(provisioned_lab.spec(NODE).root)["faults"][-1]
+        result = _validate(tmp_path, kind)
+    finally:
+        lab.heal(NODE)
+    assert result["outcome"] == "FAIL"
+    checks, names = expected_failure(kind, record["component"])
+    failed = [v for v in result["verdicts"] if v["outcome"] == "fail"]
+    hits = [v for v in failed if v["check"] in checks
+            and all(n in v["message"] + " " + v["remediation"] for n in names)]
+    assert hits, (record, [(v["check"], v["message"]) for v in failed])

@@ -1,0 +1,59 @@
+"""The reference FSDP job across two lab nodes, as a rack runs it: one process per
+node, started by torchrun's c10d rendezvous over the lab network (CPU, gloo, tiny
+shape). Its loss curve must match the golden curve recorded for two ranks on one
+machine: the same arithmetic, whether the ranks share a host or not.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rackready import bundle, inventory, ssh
+from rackready.validate import NODE_BASE, NODE_VENV, _ship
+from validation.profile import load_profile
+
+pytestmark = pytest.mark.lab
+
+OUT = "/var/tmp/fsdp-multinode"
+
+
+def _torchrun(rank: int, endpoint: str, digest: str) -> str:
+    args = [
+        f"{NODE_VENV}/bin/python", "-m", "torch.distributed.run",
+        "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "rr-lab-test",
+        "-m", "validation.workloads.fsdp_train", "--device", "cpu", "--shape", "tiny",
+        "--seq", "128", "--steps", "16", "--out", OUT,
+    ]
+    return (f"rm -rf {OUT} && cd {NODE_BASE}/bundle/{digest} && "
+            f"GLOO_SOCKET_IFNAME=host0 NCCL_NVLS_ENABLE=0 timeout 300 {shlex.join(args)}")
+
+
+def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
+    nodes = [inventory.find(n, "lab") for n in ("lab-gpu01", "lab-gpu02")]
+    payload, digest = bundle.build()
+    clients = [ssh.connect(n) for n in nodes]
+    try:
+        for c in clients:
+            _ship(c, payload, digest)
+        endpoint = f"{nodes[0].address}:29400"
+        with ThreadPoolExecutor(2) as pool:
+            runs = list(pool.map(lambda rc: ssh.run(rc[1], _torchrun(rc[0], endpoint, digest),
+                                                    timeout_s=360), enumerate(clients)))
+        for rc, _, err in runs:
+            assert rc == 0, err[-2000:]
+        _, text, _ = ssh.run(clients[0], f"cat {OUT}/fsdp_train.rank0.jsonl")
+    finally:
+        for c in clients:
+            c.close()
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    losses = {int(r["labels"]["step"]): r["value"] for r in records if r["name"] == "fsdp.loss"}
+    world = {r["labels"].get("world") for r in records if r["name"] == "fsdp.tokens_per_s_per_gpu"}
+    assert world == {"2"}
+    golden = load_profile("xe9680-h200-lab").inventory["fsdp_golden"]["tiny"]["loss"]
+    deviation = max(abs(losses[int(step)] - loss) for step, loss in golden.items())
+    assert deviation <= 0.002, (losses, golden)
