@@ -94,8 +94,15 @@ def pid_of(node: NodeSpec) -> int | None:
         os.kill(pid, 0)
     except ProcessLookupError:
         return None
-    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    return pid if cmdline and cmdline[0].endswith(b"systemd-nspawn") else None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return None
+    if stat.rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped
+        return None
+    # empty: forked but not yet exec'd (right after boot); anything else is not ours
+    return pid if not cmdline or cmdline.split(b"\0")[0].endswith(b"systemd-nspawn") else None
 
 
 def wait_for_ssh(node: NodeSpec, timeout_s: float = 120) -> None:

@@ -48,11 +48,18 @@ def _wrapper(pkg: str, module: str, args: list[str]) -> str:
             f"sys.exit(run(lambda argv: main({args!r} + argv)))\n")
 
 
-def _unit(desc: str, exec_start: str, after: str = "", kind: str = "simple") -> str:
+# Boot-state units stand for what firmware and drivers do at power-on, so they run
+# before anything that configures or uses the devices (daemons, the RoCE unit).
+BOOT_BEFORE = ("Before=network-pre.target nvidia-persistenced.service "
+               "nvidia-fabricmanager.service nvidia-dcgm.service\nWants=network-pre.target\n")
+
+
+def _unit(desc: str, exec_start: str, after: str = "", kind: str = "simple",
+          before: str = "") -> str:
     restart = "Restart=on-failure\nRestartSec=3\n" if kind == "simple" else \
         "RemainAfterExit=yes\n"
     return (f"[Unit]\nDescription={desc} (hwsim, SIMULATED)\n"
-            f"After=local-fs.target {after}\nStartLimitIntervalSec=0\n\n"
+            f"After=local-fs.target {after}\n{before}StartLimitIntervalSec=0\n\n"
             f"[Service]\nType={kind}\nExecStart={exec_start}\n{restart}\n"
             "[Install]\nWantedBy=multi-user.target\n")
 
@@ -86,7 +93,8 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
                    "/usr/lib/hwsim/nvidia-kernel-open-dkms/bin/hwsim-boot": "cli.boot"},
             units={"hwsim-boot-gpu.service": _unit(
                 "Simulated GPU state at boot",
-                "/usr/lib/hwsim/nvidia-kernel-open-dkms/bin/hwsim-boot gpu", kind="oneshot")},
+                "/usr/lib/hwsim/nvidia-kernel-open-dkms/bin/hwsim-boot gpu", kind="oneshot",
+                before=BOOT_BEFORE)},
             postinst=SHIM_POSTINST.format(pkg="nvidia-kernel-open-dkms")),
         Pkg("nvidia-driver-cuda", DRIVER, "NVIDIA driver CUDA integration (nvidia-smi)",
             with_lib=True, tools={"/usr/bin/nvidia-smi": "cli.nvidia_smi"}),
@@ -135,7 +143,7 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
                    "/usr/lib/hwsim/mft/bin/hwsim-boot": "cli.boot"},
             units={"hwsim-boot-nic.service": _unit("Simulated NIC firmware state at boot",
                                                    "/usr/lib/hwsim/mft/bin/hwsim-boot nic",
-                                                   kind="oneshot")}),
+                                                   kind="oneshot", before=BOOT_BEFORE)}),
         Pkg("mlnx-tools", DOCA, "Mellanox userland tools (mlnx_qos)", with_lib=True,
             tools={"/usr/sbin/mlnx_qos": "cli.mlnx_qos"}),
         Pkg("doca-ofed", DOCA, "DOCA-OFED metapackage", with_lib=True,

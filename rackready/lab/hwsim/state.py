@@ -170,9 +170,12 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
 
     link_layer = "InfiniBand" if fabric == "ib" else "Ethernet"
     nics = []
-    for i, gpu in enumerate(gpus):
+    # XE9680: one ConnectX-7 per GPU; DL380a: one per GPU pair (two per socket).
+    step = len(gpus) // spec["compute_nics"]
+    for i, gpu in enumerate(gpus[::step]):
         bus = int(gpu["bdf"][5:7], 16) + 1  # same PCIe switch as its GPU
-        nics.append(_nic(node, i, f"0000:{bus:02x}:00.0", gpu["numa"], "compute", i, link_layer))
+        nics.append(_nic(node, i, f"0000:{bus:02x}:00.0", gpu["numa"], "compute", gpu["index"],
+                         link_layer))
     for k in range(spec["storage_nics"]):
         nics.append(_nic(node, len(nics), f"0000:{0x2A + 0x80 * k:02x}:00.0", k,
                          "storage", None, "Ethernet"))

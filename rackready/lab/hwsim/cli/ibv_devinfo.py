@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from .common import ToolError, load_state, run
@@ -86,9 +86,11 @@ def netdev_mtu(netdev: str | None) -> int | None:
     (an Ethernet port's RoCE MTU follows it, so `ip link set mtu` acts as on real ports)."""
     if not netdev:
         return None
-    try:
-        return int(Path("/sys/class/net", netdev, "mtu").read_text())
-    except (OSError, ValueError):
+    try:  # `ip`, not /sys: a container's /sys can show another network namespace
+        out = subprocess.run(["ip", "-o", "link", "show", "dev", netdev], capture_output=True,
+                             text=True, timeout=5).stdout.split()
+        return int(out[out.index("mtu") + 1])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
 
 
