@@ -76,6 +76,9 @@ def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeS
     pairs = zip(existing, specs, strict=False)
     if any((e.platform, e.fabric) != (s.platform, s.fabric) for e, s in pairs):
         raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
+    if existing and len(existing) == len(specs) and all(nodes.pid_of(s) for s in specs) \
+            and repo.serving_pid():
+        return specs  # already up: the nodes' apt indexes stay valid (no rebuild)
     installed = ensure_host_packages()
     if installed:
         progress(f"installed controller packages: {' '.join(installed)}")

@@ -75,6 +75,8 @@ def boot(node: NodeSpec, devices: list[str]) -> int:
         f"--directory={node.root}",
         f"--machine={node.name}",
         f"--network-namespace-path=/run/netns/{node.netns}",
+        # its own namespace, so network admin stays inside it (RoCE MTU, as on a server)
+        "--capability=CAP_NET_ADMIN",
         "--console=passive",
         *(f"--bind={dev}" for dev in devices),
     ]

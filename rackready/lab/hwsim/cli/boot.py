@@ -25,7 +25,8 @@ def _autoload() -> list[str]:
     for f in sorted(conf.glob("*.conf")) if conf.is_dir() else []:
         names += [ln.strip() for ln in f.read_text().splitlines()
                   if ln.strip() and not ln.startswith(("#", ";"))]
-    return names
+    # the kernel treats '-' and '_' in module names alike (nvidia-peermem)
+    return [n.replace("-", "_") for n in names]
 
 
 def _grub_args() -> list[str]:

@@ -76,7 +76,10 @@ def main(argv: list[str]) -> int:
             raise ToolError(f"IB device '{dev}' wasn't found", 255)
     qos = state.get("nic_config", {})
     for n in nics:
-        mtu = netdev_mtu(n.get("netdev")) or qos.get(n["name"], {}).get("qos", {}).get("mtu", 4096)
+        # RoCE follows the netdev's MTU; an IB port's comes from the subnet manager
+        eth = n.get("link_layer") == "Ethernet"
+        mtu = (netdev_mtu(n.get("netdev")) if eth else None) or \
+            qos.get(n["name"], {}).get("qos", {}).get("mtu", 4096)
         sys.stdout.write(block(n, verbose, mtu))
     return 0
 
