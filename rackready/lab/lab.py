@@ -229,3 +229,10 @@ def heal(name: str) -> None:
 
     spec = find(name)
     write_node_state(heal_state(read_node_state(spec.root)), spec.root)
+    # As after a repair: daemons a fault stopped are started again (once running,
+    # the fabric manager brings the fabric back to Completed).
+    if nodes.pid_of(spec) is not None:
+        nodes.ssh(spec, "for u in nvidia-fabricmanager nvidia-persistenced nvidia-dcgm; do "
+                        "systemctl is-enabled -q $u 2>/dev/null && ! systemctl is-active -q $u "
+                        "&& systemctl reset-failed $u && systemctl restart $u; done; true",
+                  check=False)

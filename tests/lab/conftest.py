@@ -55,3 +55,22 @@ def provisioned_lab(lab_nodes) -> Lab:
     for name in lab_nodes.names:  # the reboot provisioning asks for (kernel arguments)
         lab.reboot(name)
     return lab_nodes
+
+
+# The lab suite runs in this order: the lab itself, provisioning from fresh nodes
+# (its check-mode test needs a new OS), then everything that uses provisioned
+# nodes, and last the tests that power a node off and tear the lab down.
+_ORDER = ("test_lab.py", "test_provision_roles.py")
+_LAST = ("test_zy_node_drop.py", "test_zz_lab_down.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        name = item.path.name
+        if name in _ORDER:
+            return _ORDER.index(name)
+        if name in _LAST:
+            return 100 + _LAST.index(name)
+        return 50 if item.path.parent.name == "lab" else -1
+
+    items.sort(key=rank)  # stable: keeps the order within each file
