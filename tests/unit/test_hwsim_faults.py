@@ -58,3 +58,16 @@ def test_heal_keeps_runtime_settings(base: dict) -> None:
     assert h["nics"][2]["state"] == "Active"
     assert "extra_mod" in h["modules"]
     assert h["nic_config"]["mlx5_0"]["mlxconfig"]["pending"] == {"LINK_TYPE_P1": "IB(1)"}
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_sysroot_renders_again_over_itself_for_every_fault(tmp_path, kind):
+    # lab.fault and lab.heal re-render a node's sysroot in place, many times over
+    from rackready.lab.hwsim.sysroot import write_node_state
+
+    state = build_state("xe9680-h200", "gpu01", "roce", provisioned=True)
+    write_node_state(state, tmp_path)
+    faulty = apply_fault(state, kind)
+    write_node_state(faulty, tmp_path)
+    write_node_state(heal(faulty), tmp_path)
+    assert (tmp_path / "var/lib/hwsim/root/sys/class/infiniband/mlx5_0/device").is_symlink()

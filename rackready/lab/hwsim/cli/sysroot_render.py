@@ -116,7 +116,10 @@ def _infiniband(state: dict[str, Any], root: Path) -> None:
         if nic.get("netdev"):
             (pci / "net" / nic["netdev"]).mkdir(parents=True, exist_ok=True)
         base.mkdir(parents=True, exist_ok=True)
-        (base / "device").symlink_to(Path("../../../bus/pci/devices") / nic["bdf"])
+        link = base / "device"
+        if link.is_symlink() or link.exists():  # re-rendered over an earlier tree
+            link.unlink()
+        link.symlink_to(Path("../../../bus/pci/devices") / nic["bdf"])
         for name, value in nic.get("counters", {}).items():
             _write(base / "ports/1/counters" / name, f"{value}\n")
 
