@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rackready.errors import UserError
+from rackready.errors import EnvironmentProblem, UserError
 from rackready.lab import config, keys, network, nodes, repo, rootfs
 from rackready.lab import inventory as lab_inventory
 from rackready.lab.config import NodeSpec
@@ -205,17 +206,19 @@ def _faults(spec: NodeSpec) -> list[str]:
 def fault(name: str, kind: str, target: str | None = None) -> str:
     """Inject a simulated hardware fault; returns what it hit, in words."""
     from rackready.lab.hwsim.faults import FAULT_KINDS, apply_fault
-    from rackready.lab.hwsim.sysroot import read_node_state, write_node_state
+    from rackready.lab.hwsim.sysroot import locked_node_state
 
     spec = find(name)
     if kind not in FAULT_KINDS:
         raise UserError(f"unknown fault '{kind}' (kinds: {', '.join(FAULT_KINDS)})")
     # The node's current state: its tools may have changed it (modules, mlxconfig).
-    try:
-        new = apply_fault(read_node_state(spec.root), kind, target)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    write_node_state(new, spec.root)
+    with locked_node_state(spec.root) as state:
+        try:
+            new = apply_fault(state, kind, target)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        state.clear()
+        state.update(new)
     return _describe(new["faults"][-1])
 
 
@@ -225,14 +228,41 @@ def _describe(record: dict) -> str:
 
 def heal(name: str) -> None:
     from rackready.lab.hwsim.faults import heal as heal_state
-    from rackready.lab.hwsim.sysroot import read_node_state, write_node_state
+    from rackready.lab.hwsim.sysroot import locked_node_state
 
     spec = find(name)
-    write_node_state(heal_state(read_node_state(spec.root)), spec.root)
-    # As after a repair: daemons a fault stopped are started again (once running,
-    # the fabric manager brings the fabric back to Completed).
-    if nodes.pid_of(spec) is not None:
-        nodes.ssh(spec, "for u in nvidia-fabricmanager nvidia-persistenced nvidia-dcgm; do "
-                        "systemctl is-enabled -q $u 2>/dev/null && ! systemctl is-active -q $u "
-                        "&& systemctl reset-failed $u && systemctl restart $u; done; true",
-                  check=False)
+    with locked_node_state(spec.root) as state:
+        healed = heal_state(state)
+        state.clear()
+        state.update(healed)
+    if nodes.pid_of(spec) is None:
+        return
+    # As after a repair: daemons a fault stopped are started again, and heal
+    # returns once they run (the fabric manager brings the fabric back to Completed).
+    enabled = nodes.ssh(
+        spec,
+        f"for u in {' '.join(HEALED_SERVICES)}; do systemctl is-enabled -q $u 2>/dev/null "
+        "|| continue; echo $u; systemctl is-active -q $u "
+        "|| { systemctl reset-failed $u; systemctl restart $u; }; done; true",
+        check=False,
+    ).stdout.split()
+    _wait_for_services(spec, [u for u in enabled if u in HEALED_SERVICES])
+
+
+HEALED_SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm")
+
+
+def _wait_for_services(spec: NodeSpec, units: list[str], timeout_s: float = 30) -> None:
+    from rackready.lab.hwsim.sysroot import read_node_state
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        services = read_node_state(spec.root).get("services", {})
+        down = [u for u in units if not services.get(u, {}).get("running")]
+        if not down:
+            return
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(
+                f"{spec.name}: {', '.join(down)} not running {timeout_s:.0f}s after heal; "
+                f"see journalctl -u {down[0]} on the node")
+        time.sleep(0.5)

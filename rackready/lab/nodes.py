@@ -77,7 +77,9 @@ def boot(node: NodeSpec, devices: list[str]) -> int:
         f"--network-namespace-path=/run/netns/{node.netns}",
         # its own namespace, so network admin stays inside it (RoCE MTU, as on a server)
         "--capability=CAP_NET_ADMIN",
-        "--console=passive",
+        # The console goes to console.log. "passive" leaves its pseudo-TTY unread:
+        # once the buffer fills, PID 1 blocks on a status line and units stop starting.
+        "--console=read-only",
         *(f"--bind={dev}" for dev in devices),
     ]
     proc = subprocess.Popen(

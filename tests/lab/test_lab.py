@@ -20,6 +20,20 @@ def test_nodes_answer_over_ssh_with_verified_host_keys(lab_nodes):
         )
 
 
+def test_console_output_never_blocks_the_node(lab_nodes):
+    # PID 1 writes status lines to /dev/console; if nothing drains it, a full
+    # pseudo-TTY buffer (a few KiB) freezes systemd. 256 KiB must pass at once.
+    out = lab_nodes.sh(
+        "lab-gpu01",
+        "timeout 20 sh -c 'head -c 262144 /dev/zero | tr \"\\\\000\" . >/dev/console'"
+        " && echo drained",
+        check=False,
+    )
+    assert out.stdout.strip() == "drained", out.stderr
+    log = lab_nodes.spec("lab-gpu01").dir / "console.log"
+    assert log.stat().st_size >= 262144
+
+
 def test_a_changed_host_key_is_refused(lab_nodes, tmp_path):
     spec = lab_nodes.spec("lab-gpu01")
     forged = tmp_path / "known_hosts"

@@ -5,6 +5,8 @@ The faulted states are generated in code from the state built on the real captur
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rackready.lab.hwsim.faults import FAULT_KINDS, FaultError, apply_fault, heal
@@ -71,3 +73,34 @@ def test_sysroot_renders_again_over_itself_for_every_fault(tmp_path, kind):
     write_node_state(faulty, tmp_path)
     write_node_state(heal(faulty), tmp_path)
     assert (tmp_path / "var/lib/hwsim/root/sys/class/infiniband/mlx5_0/device").is_symlink()
+
+
+def test_controller_update_waits_for_a_node_tool_holding_the_lock(tmp_path, monkeypatch):
+    # A node's daemons rewrite state.json while the controller injects a fault;
+    # both sides take the same lock, so neither update is lost.
+    import threading
+
+    from rackready.lab.hwsim.cli.common import locked_state
+    from rackready.lab.hwsim.sysroot import STATE_REL, locked_node_state, write_node_state
+
+    write_node_state(build_state("xe9680-h200", "n1"), tmp_path)
+    monkeypatch.setenv("HWSIM_STATE", str(tmp_path / STATE_REL))
+    held, release = threading.Event(), threading.Event()
+
+    def node_tool() -> None:
+        with locked_state() as state:
+            held.set()
+            release.wait(5)
+            state["services"]["nvidia-fabricmanager"]["running"] = False
+
+    tool = threading.Thread(target=node_tool)
+    tool.start()
+    held.wait(5)
+    threading.Timer(0.3, release.set).start()
+    with locked_node_state(tmp_path) as state:  # blocks until the tool has written
+        assert state["services"]["nvidia-fabricmanager"]["running"] is False
+        state["faults"].append({"kind": "marker"})
+    tool.join()
+    saved = json.loads((tmp_path / STATE_REL).read_text())
+    assert saved["faults"][-1]["kind"] == "marker"
+    assert saved["services"]["nvidia-fabricmanager"]["running"] is False

@@ -6,14 +6,17 @@ because node-side tools re-render after they change the state.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .cli.sysroot_render import render_sysroot
 
-__all__ = ["read_node_state", "render_sysroot", "write_node_state"]
+__all__ = ["locked_node_state", "read_node_state", "render_sysroot", "write_node_state"]
 
 STATE_REL = Path("var/lib/hwsim/state.json")
 ROOT_REL = Path("var/lib/hwsim/root")
@@ -34,3 +37,19 @@ def write_node_state(state: dict[str, Any], node_root: Path) -> None:
 def read_node_state(node_root: Path) -> dict[str, Any]:
     """The node's current state, with what its tools changed (modules, NIC settings)."""
     return json.loads((Path(node_root) / STATE_REL).read_text())
+
+
+@contextlib.contextmanager
+def locked_node_state(node_root: Path) -> Iterator[dict[str, Any]]:
+    """Read-modify-write of a running node's state from the controller.
+
+    Takes the same lock as the node's own tools (cli/common.locked_state): the
+    node's daemons rewrite the state while it runs, and an unlocked fault or heal
+    could be overwritten by, or overwrite, one of their updates.
+    """
+    path = Path(node_root) / STATE_REL
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = read_node_state(node_root)
+        yield state
+        write_node_state(state, node_root)
