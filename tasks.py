@@ -66,6 +66,29 @@ def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False)
         raise Exit(code=code)
 
 
+@task(
+    help={
+        "inventory": "inventory whose `staging` group holds the connected build host",
+        "key_id": "GnuPG key on the staging host that signs the repository "
+                  "(default: the inventory's offline_bundle_gpg_key_id)",
+        "limit": "only these staging hosts (Ansible --limit pattern)",
+        "dir": "folder on the staging host for the bundle (default /srv/rackready-bundle)",
+        "wheelhouse": "take the wheels from this wheelhouse URL instead of an index",
+    }
+)
+@user_errors
+def bundle(c, inventory=None, key_id=None, limit=None, dir=None, wheelhouse=None):
+    """Build the offline bundle (signed apt repository + wheelhouse) for air-gapped racks."""
+    required(inventory=inventory)
+    from rackready.provision import build_bundle, report_run
+
+    result = build_bundle(inventory, key_id=key_id, limit=limit, bundle_dir=dir,
+                          wheelhouse=wheelhouse)
+    code = report_run(result)
+    if code:
+        raise Exit(code=code)
+
+
 # --- validation and reports --------------------------------------------------
 
 
@@ -258,7 +281,7 @@ lab_ns.add_task(lab_heal, "heal")
 lab_ns.add_task(lab_reboot, "reboot")
 
 ns = Collection()
-for t in (provision, validate, report, demo, test, lint):
+for t in (provision, bundle, validate, report, demo, test, lint):
     ns.add_task(t)
 ns.add_collection(lab_ns)
 ns.configure({"run": {"echo": False}})

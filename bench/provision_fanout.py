@@ -75,10 +75,11 @@ def main() -> int:
     ]
     text = "\n".join(table)
     print(text)
-    if args.out:
+    ok = all(r[3] == 0 for r in rows)
+    if args.out and ok:  # a failed converge is no measurement
         with args.out.open("a") as f:
             f.write(text + "\n")
-    return 0 if all(r[3] == 0 for r in rows) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

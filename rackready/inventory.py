@@ -78,6 +78,12 @@ def _hosts(name: str) -> tuple[Path, dict[str, dict]]:
     return path, dict(sorted(hosts.items()))
 
 
+def hosts_in_group(name: str, group: str) -> list[str]:
+    """Hosts of an inventory in one group (e.g. the `staging` host of the offline bundle)."""
+    path, hosts = _hosts(name)
+    return [h for h, v in hosts.items() if group in v.get("group_names", [])]
+
+
 def load(name: str) -> list[Node]:
     """The GPU nodes of an inventory: every host that names a hardware profile
     (staging or mirror hosts have none and are not validated)."""

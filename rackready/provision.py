@@ -113,3 +113,29 @@ def report_run(result: RunResult, out=print) -> int:
         out(f"log: {result.stdout_path}")
     failed = result.rc != 0 or any(h in result.failures for h in hosts)
     return 1 if failed else 0
+
+
+def build_bundle(
+    inventory: Path | str,
+    *,
+    key_id: str | None = None,
+    limit: str | None = None,
+    bundle_dir: str | None = None,
+    wheelhouse: str | None = None,
+    quiet: bool = False,
+) -> RunResult:
+    """playbooks/offline_bundle.yml on the inventory's `staging` hosts."""
+    from rackready.inventory import hosts_in_group
+
+    if not hosts_in_group(str(inventory), "staging"):
+        raise UserError(f"inventory '{inventory}' has no host in group 'staging' "
+                        "(the connected host that builds the bundle)")
+    extravars = {
+        name: value
+        for name, value in (("offline_bundle_gpg_key_id", key_id),
+                            ("offline_bundle_dir", bundle_dir),
+                            ("offline_bundle_wheelhouse_url", wheelhouse))
+        if value
+    }
+    return run_playbook(inventory, "offline_bundle.yml", limit=limit, extravars=extravars,
+                        quiet=quiet)

@@ -16,7 +16,7 @@ import yaml
 
 from rackready.lab import repo
 from rackready.lab.inventory import group_vars
-from rackready.provision import run_playbook
+from rackready.provision import build_bundle
 
 pytestmark = pytest.mark.lab
 
@@ -39,10 +39,11 @@ def bundle(provisioned_lab, tmp_path_factory):
     staging = {"ansible_host": lab.spec(STAGING).ip}
     inv.write_text(yaml.safe_dump({"all": {"vars": group_vars(), "children": {
         "staging": {"hosts": {STAGING: staging}}}}}))
-    extravars = {"offline_bundle_gpg_key_id": fpr, "offline_bundle_dir": BUNDLE,
-                 "offline_bundle_wheelhouse_url": f"{repo.url()}/wheels/"}
-    first = run_playbook(inv, "offline_bundle.yml", extravars=extravars, quiet=True)
-    second = run_playbook(inv, "offline_bundle.yml", extravars=extravars, quiet=True)
+    # what `invoke bundle --inventory INV --key-id FPR --dir ... --wheelhouse ...` runs
+    args = {"key_id": fpr, "bundle_dir": BUNDLE, "wheelhouse": f"{repo.url()}/wheels/",
+            "quiet": True}
+    first = build_bundle(inv, **args)
+    second = build_bundle(inv, **args)
     # Serve it as the site mirror would; stopped when the module is done.
     lab.sh(STAGING, f"systemd-run --unit rr-bundle-http python3 -m http.server {PORT} "
                     f"--directory {BUNDLE} >/dev/null")

@@ -26,12 +26,13 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 
 def test_every_task_is_listed_with_a_summary():
     out = invoke("--list").stdout
-    for name in ("provision", "validate", "report", "demo", "test", "lint", "lab.up",
+    for name in ("provision", "bundle", "validate", "report", "demo", "test", "lint", "lab.up",
                  "lab.down", "lab.status", "lab.fault", "lab.heal"):
         assert f"  {name} " in out
 
 
-@pytest.mark.parametrize("task", ["provision", "validate", "report", "lab.up", "lab.fault"])
+@pytest.mark.parametrize("task", ["provision", "bundle", "validate", "report", "lab.up",
+                                  "lab.fault"])
 def test_every_flag_has_help(task):
     out = invoke(task, "--help").stdout
     options = [line for line in out.splitlines() if line.strip().startswith("-")]
@@ -86,3 +87,11 @@ def test_bad_node_count_is_one_line_exit_2():
     proc = invoke("lab.up", "--nodes", "99")
     assert proc.returncode == 2
     assert "--nodes" in one_line_error(proc)
+
+
+def test_bundle_needs_a_staging_host(tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    gpu01:\n      ansible_host: 10.0.0.1\n")
+    proc = invoke("bundle", "--inventory", str(inv))
+    assert proc.returncode == 2
+    assert "no host in group 'staging'" in one_line_error(proc)
