@@ -58,12 +58,9 @@ def required(**flags) -> None:
 def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False):
     """Provision nodes: Ansible roles from OS baseline to RDMA and NVMe RAID."""
     required(inventory=inventory)
-    from rackready.provision import report_run, run_playbook
+    from rackready.provision import run_playbook
 
-    result = run_playbook(inventory, limit=limit, tags=tags, check=check, diff=diff)
-    code = report_run(result)
-    if code:
-        raise Exit(code=code)
+    _exit_with(run_playbook(inventory, limit=limit, tags=tags, check=check, diff=diff))
 
 
 @task(
@@ -80,10 +77,16 @@ def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False)
 def bundle(c, inventory=None, key_id=None, limit=None, dir=None, wheelhouse=None):
     """Build the offline bundle (signed apt repository + wheelhouse) for air-gapped racks."""
     required(inventory=inventory)
-    from rackready.provision import build_bundle, report_run
+    from rackready.provision import build_bundle
 
-    result = build_bundle(inventory, key_id=key_id, limit=limit, bundle_dir=dir,
-                          wheelhouse=wheelhouse)
+    _exit_with(build_bundle(inventory, key_id=key_id, limit=limit, bundle_dir=dir,
+                            wheelhouse=wheelhouse))
+
+
+def _exit_with(result) -> None:
+    """One line per host, then exit 1 if any host failed."""
+    from rackready.provision import report_run
+
     code = report_run(result)
     if code:
         raise Exit(code=code)
