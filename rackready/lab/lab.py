@@ -226,6 +226,10 @@ def _describe(record: dict) -> str:
     return str(record.get("description") or record.get("kind"))
 
 
+# Daemons a fault can stop; heal starts them again where they are enabled.
+HEALED_SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm")
+
+
 def heal(name: str) -> None:
     from rackready.lab.hwsim.faults import heal as heal_state
     from rackready.lab.hwsim.sysroot import locked_node_state
@@ -247,9 +251,6 @@ def heal(name: str) -> None:
         check=False,
     ).stdout.split()
     _wait_for_services(spec, [u for u in enabled if u in HEALED_SERVICES])
-
-
-HEALED_SERVICES = ("nvidia-fabricmanager", "nvidia-persistenced", "nvidia-dcgm")
 
 
 def _wait_for_services(spec: NodeSpec, units: list[str], timeout_s: float = 30) -> None:
