@@ -9,7 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
-# nccl-tests 2.19.6, same kind of machine (shared/fixtures/hgx-h200-2gpu): oop busbw GB/s
+# nccl-tests 2.19.6, same kind of machine (tests/fixtures/hgx-h200-2gpu): oop busbw GB/s
 NCCL_TESTS_REF = {
     "all_reduce": {67108864: 272.17, 268435456: 302.71, 1073741824: 332.92, 4294967296: 348.68},
 }

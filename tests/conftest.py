@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "hgx-h200-2gpu"
+FIXTURES = ROOT / "tests" / "fixtures" / "hgx-h200-2gpu"
 
 
 @pytest.fixture

@@ -13,9 +13,7 @@ from validation.judge import judge
 from validation.model import CheckResult
 from validation.profile import load_profile, scope
 
-_ROOT = Path(__file__).resolve().parents[2]
-FIX = next(p for p in (_ROOT / "shared", _ROOT.parent / "shared", Path("/work/shared"))
-           if p.is_dir()) / "fixtures" / "hgx-h200-2gpu"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "hgx-h200-2gpu"
 
 CMDS = {
     ("nvidia-smi", "-q", "-x"): "nvidia-smi-q-x.xml",

@@ -1,6 +1,6 @@
 """hwsim node-side tools run as subprocesses against a temp state (HWSIM_STATE).
 
-Formats are checked against the real capture (shared/fixtures/hgx-h200-2gpu) where it
+Formats are checked against the real capture (tests/fixtures/hgx-h200-2gpu) where it
 has the tool; ibstat, ibv_devinfo, mlxconfig, nvme, lspci and dcgmi are not in the
 capture, so those are checked against the tools' documented layouts.
 Faulted states are generated in code from the capture-based state (apply_fault).
@@ -22,7 +22,7 @@ from rackready.lab.hwsim.state import build_state
 from rackready.lab.hwsim.sysroot import write_node_state
 
 REPO = Path(__file__).resolve().parents[2]
-CAPTURE = REPO.parent / "shared/fixtures/hgx-h200-2gpu"
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hgx-h200-2gpu"
 
 
 def tool(node: Path, name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:

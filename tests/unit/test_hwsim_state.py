@@ -10,7 +10,7 @@ import pytest
 from rackready.lab.hwsim.state import PlatformError, build_state
 from rackready.lab.hwsim.topology import PLATFORMS
 
-CAPTURE = Path(__file__).resolve().parents[3] / "shared/fixtures/hgx-h200-2gpu"
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "hgx-h200-2gpu"
 
 
 @pytest.mark.parametrize("platform", list(PLATFORMS))

@@ -1,6 +1,6 @@
 """nvme_raid_plan: drive discovery and the refusal to touch data.
 
-No NVMe, mdadm or lsblk capture exists in ../shared/fixtures, so the lsblk JSON
+No NVMe, mdadm or lsblk capture exists in tests/fixtures, so the lsblk JSON
 below is written from util-linux's documented `lsblk -J` shape (same keys as the
 controller's own lsblk 2.38 prints) for an XE9680-like layout: OS on nvme0n1
 (EFI, /boot, LVM root) and eight data namespaces. The blkid probes are real:

@@ -9,10 +9,7 @@ import pytest
 
 from validation.probes import nvidia_smi as ns
 
-_ROOT = Path(__file__).resolve().parents[2]
-# shared/ sits beside the checkout, or inside it on machines that copy it in
-FIX = next(p for p in (_ROOT / "shared", _ROOT.parent / "shared", Path("/work/shared"))
-           if p.is_dir()) / "fixtures" / "hgx-h200-2gpu"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "hgx-h200-2gpu"
 
 
 def cap(name: str) -> str:

@@ -1,7 +1,7 @@
 """Synthetic run directories for the report tests, seeded from the real H200 capture.
 
 GPU identity (name, serial, UUID, VBIOS, driver) and NCCL bus bandwidths come
-from shared/fixtures/hgx-h200-2gpu. The capture has 2 GPUs; an 8-GPU node is
+from tests/fixtures/hgx-h200-2gpu. The capture has 2 GPUs; an 8-GPU node is
 made by repeating those rows with the index, bus id and serial advanced per GPU
 (captured serial + 1000*index: made up but well formed). Faults are edits of a
 healthy result: the named GPU's GEMM throughput drops below the threshold and
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "hgx-h200-2gpu"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "hgx-h200-2gpu"
 GEMM_TFLOPS = 662.0  # fixtures README: sustained bf16 16384^3 on one H200
 GEMM_MIN = 600.0
 NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")

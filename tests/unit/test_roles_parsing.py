@@ -1,5 +1,5 @@
 """The Jinja that reads tool output inside the roles, rendered by Ansible's own
-templar on real captures (nvidia-smi -q from ../shared/fixtures) or, for
+templar on real captures (nvidia-smi -q from tests/fixtures) or, for
 mlxconfig, on output written from its documented `query` format (no capture of
 it exists). Expressions are read from the role files, so a change there is tested.
 """
@@ -14,9 +14,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 ROOT = Path(__file__).resolve().parents[2]
-SMI_Q = ROOT.parent / "shared/fixtures/hgx-h200-2gpu/nvidia-smi-q.txt"
-if not SMI_Q.exists():
-    SMI_Q = ROOT / "rackready/lab/hwsim/captures/nvidia-smi-q.txt"
+SMI_Q = ROOT / "tests/fixtures/hgx-h200-2gpu/nvidia-smi-q.txt"
 
 
 def tasks(path: str) -> list[dict]:

@@ -17,7 +17,7 @@ from validation.workloads.sdc import sdc_blame  # noqa: E402
 from validation.workloads.storage import parse_fio_json  # noqa: E402
 from validation.workloads.transfers import parse_cpulist  # noqa: E402
 
-FIX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "hgx-h200-2gpu"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "hgx-h200-2gpu"
 
 
 def test_busbw_factors_are_nccl_tests():

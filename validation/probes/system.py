@@ -64,7 +64,7 @@ def _device(addr: str, f: dict[str, str | None]) -> PciDevice:
 
 
 def parse_pci_summary(text: str) -> list[PciDevice]:
-    """Parse the capture's one-line-per-device sysfs summary (shared/fixtures sysfs-pci.txt)."""
+    """Parse the capture's one-line-per-device sysfs summary (the capture sysfs-pci.txt)."""
     out = []
     for ln in text.splitlines():
         if not ln.strip():
