@@ -1,22 +1,51 @@
-"""What the test suite needs on the controller beyond Python packages."""
+"""The controller's Debian packages beyond Python: what `invoke demo` and `invoke test` need.
+
+One list and one apt-get transaction for both: the lab's packages
+(rackready.lab.shell.HOST_PACKAGES) plus Chromium and a font for the PDF reports
+and the browser test.
+"""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from rackready.lab.shell import ensure_host_packages, run
+from rackready.errors import EnvironmentProblem
+from rackready.lab.shell import missing_host_packages, run
+
+# the report stylesheet's first font; without any font Chromium prints empty boxes
+FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 
 
-def ensure_test_packages() -> None:
-    """Lab packages, plus Debian's Chromium (browser test, PDF) and a font for it."""
-    ensure_host_packages()
+def missing_report_packages() -> list[str]:
+    """Debian packages the PDF reports (and the browser test) lack on this controller."""
+    from rackready.report.pdf import find_chromium
+
     missing = []
-    if not shutil.which("chromium"):
+    if not find_chromium():
         missing.append("chromium")
-    if not Path("/usr/share/fonts/truetype/dejavu").exists():
+    if not FONT_DIR.is_dir():
         missing.append("fonts-dejavu-core")
-    if missing:
-        env = {"DEBIAN_FRONTEND": "noninteractive"}
-        run(["apt-get", "update", "-qq"], env=env, timeout=900)
-        run(["apt-get", "install", "-y", "-qq", *missing], env=env, timeout=1800)
+    return missing
+
+
+def missing_controller_packages() -> list[str]:
+    return sorted(set(missing_host_packages()) | set(missing_report_packages()))
+
+
+def ensure_controller_packages() -> list[str]:
+    """apt-get install what the lab, the PDF and the browser test need; returns what was
+    installed. Raises EnvironmentProblem (one line) when it cannot."""
+    missing = missing_controller_packages()
+    if not missing:
+        return []
+    if shutil.which("apt-get") is None:
+        raise EnvironmentProblem(f"install these Debian packages first: {' '.join(missing)}")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-qq"], env=env, timeout=900)
+    run(["apt-get", "install", "-y", "-qq", *missing], env=env, timeout=1800)
+    return missing
+
+
+# `invoke test` (tasks.py) calls it by this name
+ensure_test_packages = ensure_controller_packages

@@ -137,15 +137,18 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
     checks = select_checks(level, only)
     hostname = socket.gethostname()
     resumed_at: list[str] = []
+    # One clock read for this start: result.json's started (or resumed_at) and the
+    # run_started event's ts are the same instant, and a resume reads it back from the event.
+    now = _now()
     if resume is None:
         prepare_out(out)
-        run_id, node, started = str(uuid.uuid4()), str(site.get("node", hostname)), _now()
+        run_id, node, started = str(uuid.uuid4()), str(site.get("node", hostname)), now
     else:
         set_events_aside(out)
         (out / "artifacts").mkdir(parents=True, exist_ok=True)
         run_id, started = resume.run_id, resume.started
         node = resume.node or str(site.get("node", hostname))
-        resumed_at = [*resume.resumed_at, _now()]
+        resumed_at = [*resume.resumed_at, now]
         checks = [c for c in checks if c.name not in resume.results]
     results: list[CheckResult] = []
     finished = False
@@ -153,8 +156,9 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
         ctx = Context(profile=profile, level=level, sysroot=sysroot, out=out, site=site,
                       stream=[stdout, events])
         start_event: dict[str, Any] = {
-            "event": "run_started", "run_id": run_id, "node": node, "profile": profile.name,
-            "level": level, "simulated": profile.simulated, "scope": profile.scope}
+            "event": "run_started", "ts": now, "run_id": run_id, "node": node,
+            "profile": profile.name, "level": level, "simulated": profile.simulated,
+            "scope": profile.scope}
         if resume is not None:
             start_event.update(resumed=True, first_started=started, resumed_at=resumed_at)
         ctx.emit(start_event)
@@ -187,13 +191,14 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
         finally:
             verdicts = judge_mod.judge(results, profile)
             outcome = judge_mod.node_outcome(verdicts, finished)
+            finished_at = _now()  # result.json and the run_finished event: one instant
             artifacts = {str(p.relative_to(out)): _sha256(p)
                          for p in sorted((out / "artifacts").rglob("*")) if p.is_file()}
             result = {
                 "schema_version": SCHEMA_VERSION, "run_id": run_id, "node": node,
                 "hostname": hostname, "profile": profile.name, "level": level,
                 "simulated": profile.simulated, "scope": profile.scope,
-                "started": started, "finished": _now(),
+                "started": started, "finished": finished_at,
                 **({"resumed_at": resumed_at} if resumed_at else {}),
                 "tool_versions": {"python": platform.python_version(),
                                   "nvidia_driver": _inventory(results).get(
@@ -209,7 +214,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
             tmp = out / "result.json.tmp"
             tmp.write_text(json.dumps(result, indent=2, default=str))
             tmp.replace(out / "result.json")
-            ctx.emit({"event": "run_finished", "outcome": outcome})
+            ctx.emit({"event": "run_finished", "ts": finished_at, "outcome": outcome})
     return result
 
 

@@ -19,9 +19,10 @@ from rackready.report.document import (
 from rackready.report.errors import ReportError
 from rackready.report.html import render_node_html, render_rack_html
 from rackready.report.junit import render_junit
-from rackready.report.loader import REPORT_DIRNAME, load_run
+from rackready.report.loader import load_run
 from rackready.report.pdf import html_to_pdf
 from rackready.report.schema import validate_report
+from rackready.rundir import REPORT_DIRNAME
 
 FORMATS = frozenset({"json", "html", "pdf", "junit"})
 
@@ -53,6 +54,7 @@ def build_reports(run_dir: Path, formats: set[str]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("node-*.*"):
         stale.unlink()  # a re-run starts clean: no report of a node that is gone
+    (out / "SIGNATURES.json").unlink(missing_ok=True)  # a rebuilt report is unsigned
     written = []
     for doc in node_docs:
         path = out / f"node-{doc['node']}.json"
@@ -71,6 +73,8 @@ def load_report_dir(report_dir: Path) -> tuple[dict[str, Any], list[dict[str, An
     docs = [rack]
     node_docs = []
     for entry in rack.get("nodes", []):
+        if not entry.get("report"):
+            continue
         doc = read_report(report_dir / entry["report"])
         node_docs.append(doc)
         docs.append(doc)

@@ -1,8 +1,8 @@
 """Build the report documents (the JSON source of truth) from loaded run data.
 
-Verdicts are copied from the judge's result, never re-judged. The single
-exception is refusing PASS: a partial result, a PASS with no verdicts, or a
-PASS that carries a failing verdict is not shown as PASS.
+Outcome, reason, verdicts and each failing part's wording come from the
+controller's judgement (rackready.judging) and are copied, never re-decided;
+the node's own claim is kept only as "claimed_outcome".
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
+from rackready.judging import OUTCOMES, rack_outcome
 from rackready.report.canonical import empty_signoff, seal
 from rackready.report.loader import NodeRun, RunData
 
@@ -40,21 +41,6 @@ def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def node_outcome(node: NodeRun) -> tuple[str, list[str]]:
-    """The outcome to show and, where it differs from the node's claim, why."""
-    r = node.result
-    if not node.complete or r.get("outcome") == "INCOMPLETE":
-        return "INCOMPLETE", []
-    verdicts = [*r.get("verdicts", []), *r.get("fleet_verdicts", [])]
-    failing = [v for v in verdicts if v.get("outcome") == "fail"]
-    claimed = r["outcome"]
-    if claimed == "PASS" and not verdicts:
-        return "INCOMPLETE", ["the result says PASS but carries no verdicts"]
-    if claimed == "PASS" and failing:
-        return "FAIL", [f"the result says PASS but {len(failing)} verdict(s) failed"]
-    return claimed, []
-
-
 def _threshold_for(thresholds: list[dict[str, Any]], name: str,
                    labels: dict[str, str]) -> dict[str, Any] | None:
     """The profile limit for a measurement: same metric, and labels (when the limit
@@ -66,23 +52,22 @@ def _threshold_for(thresholds: list[dict[str, Any]], name: str,
     return None
 
 
-def _verdict_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _verdict_rows(judgement: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for scope, key in (("node", "verdicts"), ("fleet", "fleet_verdicts")):
-        for v in result.get(key, []):
-            rows.append({
-                "check": v["check"], "metric": v["metric"], "outcome": v["outcome"],
-                "value": v.get("value"), "unit": v.get("unit", ""),
-                "labels": {str(k): str(x) for k, x in (v.get("labels") or {}).items()},
-                "threshold": v.get("threshold"), "message": v.get("message", ""),
-                "remediation": v.get("remediation", ""), "spread": v.get("spread"),
-                "scope": scope,
-            })
+    for v in [*judgement.get("verdicts", []), *judgement.get("fleet_verdicts", [])]:
+        rows.append({
+            "check": v["check"], "metric": v["metric"], "outcome": v["outcome"],
+            "value": v.get("value"), "unit": v.get("unit", ""),
+            "labels": {str(k): str(x) for k, x in (v.get("labels") or {}).items()},
+            "threshold": v.get("threshold"), "message": v.get("message", ""),
+            "remediation": v.get("remediation", ""), "spread": v.get("spread"),
+            "scope": v.get("scope", "node"), "component": v.get("component") or "",
+        })
     return rows
 
 
-def _measurements(result: dict[str, Any]) -> list[dict[str, Any]]:
-    thresholds = list(result.get("thresholds", []))
+def _measurements(result: dict[str, Any], thresholds: list[dict[str, Any]]
+                  ) -> list[dict[str, Any]]:
     out = []
     for c in result.get("checks", []):
         for m in c.get("measurements", []):
@@ -98,25 +83,6 @@ def _measurements(result: dict[str, Any]) -> list[dict[str, Any]]:
                     "op": t["op"], "value": t["value"], "unit": t.get("unit", ""),
                     "provenance": t.get("provenance", "")},
             })
-    return out
-
-
-def _golden_loss(result: dict[str, Any]) -> list[dict[str, float]]:
-    """The profile's golden loss curve, from result["extra"]["golden_loss"].
-
-    Accepted shapes: [[step, loss], ...], [{"step": s, "loss": l}, ...] or
-    {"step": loss} (the profile's fsdp_golden form).
-    """
-    raw = (result.get("extra") or {}).get("golden_loss") or []
-    if isinstance(raw, dict):
-        raw = [[float(k), v] for k, v in raw.items()
-               if str(k).lstrip("-").replace(".", "", 1).isdigit()]
-    out = []
-    for p in raw:
-        if isinstance(p, dict) and is_number(p.get("step")) and is_number(p.get("loss")):
-            out.append({"step": float(p["step"]), "loss": float(p["loss"])})
-        elif isinstance(p, list | tuple) and len(p) == 2 and all(map(is_number, p)):
-            out.append({"step": float(p[0]), "loss": float(p[1])})
     return out
 
 
@@ -172,7 +138,7 @@ def fleet_stats(nodes: list[NodeRun]) -> dict[str, Any]:
 def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
                       generated: str) -> dict[str, Any]:
     r = node.result
-    outcome, notes = node_outcome(node)
+    j = node.judgement
     checks = [{
         "check": c["check"], "status": c["status"],
         "duration_s": float(c.get("duration_s", 0.0)), "message": c.get("message", ""),
@@ -188,23 +154,27 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "started": r.get("started"),
         "finished": r.get("finished"),
         "simulated": bool(r.get("simulated", False)),
-        "profile": r.get("profile"),
-        "level": r.get("level"),
+        "profile": j.get("profile") or r.get("profile"),
+        "level": j.get("level") or r.get("level"),
         "result_schema_version": r.get("schema_version"),
         "tool_versions": {str(k): str(v) for k, v in (r.get("tool_versions") or {}).items()
                           if v is not None},
         "generator": {"name": "rackready.report", "version": generator_version()},
         "bundle_sha256": r.get("bundle_sha256"),
-        "outcome": outcome,
-        "claimed_outcome": r.get("outcome"),
+        "outcome": j["outcome"],
+        "outcome_reason": j.get("outcome_reason", ""),
+        "scope": j["scope"],
+        "judge": {"by": "controller", "profile": j.get("profile"),
+                  "profile_sha256": j.get("profile_sha256"), "judged": j.get("judged")},
+        "claimed_outcome": j.get("node_claimed_outcome"),
         "complete": node.complete,
-        "problems": [*node.problems, *notes],
-        "inventory": r.get("inventory") or {},
-        "thresholds": list(r.get("thresholds", [])),
+        "problems": list(node.problems),
+        "inventory": r.get("inventory") if isinstance(r.get("inventory"), dict) else {},
+        "thresholds": list(j.get("thresholds", [])),
         "checks": checks,
-        "verdicts": _verdict_rows(r),
-        "measurements": _measurements(r),
-        "golden_loss": _golden_loss(r),
+        "verdicts": _verdict_rows(j),
+        "measurements": _measurements(r, list(j.get("thresholds", []))),
+        "golden_loss": list(j.get("golden_loss", [])),
         "fleet": fleet,
         "artifacts": _artifacts(node),
         "signoff": empty_signoff(),
@@ -213,20 +183,16 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
 
 
 def _failure_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{k: v[k] for k in ("check", "metric", "labels", "message", "remediation", "scope")}
-            for v in doc["verdicts"] if v["outcome"] == "fail"]
+    keys = ("check", "metric", "labels", "message", "remediation", "scope", "component")
+    return [{k: v[k] for k in keys} for v in doc["verdicts"] if v["outcome"] == "fail"]
 
 
 def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
                       generated: str) -> dict[str, Any]:
     outcomes = [d["outcome"] for d in node_docs]
-    if "FAIL" in outcomes:
-        outcome = "FAIL"
-    elif "INCOMPLETE" in outcomes:
-        outcome = "INCOMPLETE"
-    else:
-        outcome = "PASS"
+    outcome = rack_outcome(outcomes)
     run = data.run
+    unreported = [d["node"] for d in node_docs if d["outcome"] == "INCOMPLETE"]
     doc = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "kind": "rack",
@@ -239,9 +205,15 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
         "operator_info": {str(k): str(v) for k, v in (run.get("operator") or {}).items()},
         "generator": {"name": "rackready.report", "version": generator_version()},
         "outcome": outcome,
-        "counts": {k: outcomes.count(k) for k in ("PASS", "FAIL", "INCOMPLETE")},
+        "outcome_reason": _rack_reason(outcome, node_docs),
+        "partial": any(d["scope"]["partial"] for d in node_docs),
+        "level": run.get("level"),
+        "planned_nodes": [n["name"] for n in run.get("nodes") or []],
+        "incomplete_nodes": unreported,
+        "counts": {k: outcomes.count(k) for k in OUTCOMES},
         "nodes": [{
             "node": d["node"], "outcome": d["outcome"], "simulated": d["simulated"],
+            "outcome_reason": d["outcome_reason"], "partial": d["scope"]["partial"],
             "profile": d["profile"], "level": d["level"], "report": f"node-{d['node']}.json",
             "report_sha256": d["sha256"], "failures": _failure_rows(d),
             "problems": d["problems"],
@@ -250,3 +222,12 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
         "signoff": empty_signoff(),
     }
     return seal(doc)
+
+
+def _rack_reason(outcome: str, node_docs: list[dict[str, Any]]) -> str:
+    if outcome == "PASS":
+        return ""
+    hit = [d for d in node_docs if d["outcome"] == outcome]
+    names = ", ".join(d["node"] for d in hit[:6]) + (" …" if len(hit) > 6 else "")
+    first = hit[0]["outcome_reason"] if hit else ""
+    return f"{outcome}: {names}" + (f" ({first})" if len(hit) == 1 and first else "")

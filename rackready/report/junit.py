@@ -1,7 +1,9 @@
 """JUnit XML for CI systems: one testsuite per node, one testcase per verdict.
 
 fail -> <failure> (message and remediation); not_applicable -> <skipped> (reason);
-an incomplete node gets an <error> testcase so CI can never read it as green.
+an incomplete node gets an <error> testcase and a partial (narrowed) run a
+<failure> testcase "acceptance", so CI can never read either as green. Text that
+came from a node is stripped of control characters (invalid in XML 1.0).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from rackready.report import naming
+from rackready.sanitize import strip_control
 
 
 def _case_name(v: dict[str, Any]) -> str:
@@ -22,13 +25,16 @@ def node_suite(doc: dict[str, Any]) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for k in ("run_id", "profile", "level", "outcome", "simulated", "sha256"):
         ET.SubElement(props, "property", name=k, value=str(doc.get(k)))
+    for k in ("name", "date", "algorithm", "key_fingerprint"):  # docs/signing.md
+        ET.SubElement(props, "property", name=f"signoff_{k}",
+                      value=str(doc["signoff"].get(k) or ""))
     failures = skipped = errors = 0
     for v in doc["verdicts"]:
         case = ET.SubElement(suite, "testcase", name=_case_name(v),
                              classname=f"rackready.{doc['node']}.{v['check']}")
         if v["outcome"] == "fail":
             failures += 1
-            where = naming.component(v["labels"], doc["inventory"])
+            where = v.get("component") or ""
             msg = v["message"] or f"{v['metric']} failed"
             f = ET.SubElement(case, "failure", message=msg, type=f"{v['scope']}-threshold")
             f.text = "\n".join(filter(None, [
@@ -41,13 +47,21 @@ def node_suite(doc: dict[str, Any]) -> ET.Element:
         elif v["outcome"] == "not_applicable":
             skipped += 1
             ET.SubElement(case, "skipped", message=v["message"] or "not applicable")
+    if doc["scope"]["partial"]:
+        failures += 1
+        case = ET.SubElement(suite, "testcase", name="acceptance",
+                             classname=f"rackready.{doc['node']}.run")
+        f = ET.SubElement(case, "failure", type="partial",
+                          message=f"PARTIAL run: {doc['outcome_reason'] or 'narrowed scope'}"
+                                  " - not an acceptance")
+        f.text = f"scope: {doc['scope']}"
     if doc["outcome"] == "INCOMPLETE" or doc["problems"]:
         case = ET.SubElement(suite, "testcase", name="run_complete",
                              classname=f"rackready.{doc['node']}.run")
         if doc["outcome"] == "INCOMPLETE":
             errors += 1
-            e = ET.SubElement(case, "error", message="the node's run is incomplete",
-                              type="incomplete")
+            e = ET.SubElement(case, "error", type="incomplete",
+                              message=doc["outcome_reason"] or "the node's run is incomplete")
             e.text = "\n".join(doc["problems"]) or "no result.json"
     durations = sum(c["duration_s"] for c in doc["checks"])
     suite.set("tests", str(len(suite.findall("testcase"))))
@@ -64,5 +78,6 @@ def render_junit(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> str:
         root.append(node_suite(doc))
     for k in ("tests", "failures", "errors", "skipped"):
         root.set(k, str(sum(int(s.get(k, "0")) for s in root)))
+    root.set("outcome", rack["outcome"])
     ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return strip_control(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"

@@ -5,17 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rackready.report import naming
+from rackready.sanitize import strip_control
 
 
 def _failed(doc: dict[str, Any]) -> list[str]:
     out = []
     for v in doc["verdicts"]:
         if v["outcome"] == "fail":
-            where = naming.component(v["labels"], doc["inventory"])
-            out.append(f"{v['check']}/{v['metric']}" + (f" on {where}" if where else ""))
-    if doc["outcome"] == "INCOMPLETE":
-        out.insert(0, "run incomplete: " + ("; ".join(doc["problems"]) or "no result.json"))
+            where = v.get("component") or ""
+            out.append(strip_control(f"{v['check']}/{v['metric']}"
+                                     + (f" on {where}" if where else "")))
+    if doc["outcome"] in ("INCOMPLETE", "PARTIAL"):
+        out.insert(0, strip_control(doc["outcome_reason"] or "; ".join(doc["problems"])))
     return out
 
 
@@ -27,10 +28,14 @@ def summary_table(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> str:
         lines.append("SIMULATED run (lab hardware): not a hardware acceptance")
     lines.append(f"run {rack['run_id']}: {rack['outcome']}  "
                  f"({rack['counts']['PASS']} pass, {rack['counts']['FAIL']} fail, "
-                 f"{rack['counts']['INCOMPLETE']} incomplete)")
+                 f"{rack['counts']['INCOMPLETE']} incomplete, "
+                 f"{rack['counts']['PARTIAL']} partial)")
+    if rack["partial"]:
+        lines.append("PARTIAL run (narrowed scope): not an acceptance")
     lines.append(f"{'NODE':<{w_node}}  {'OUTCOME':<10}  FAILED CHECKS")
     for node, outcome, failed in rows:
-        lines.append(f"{node:<{w_node}}  {outcome:<10}  {failed[0] if failed else '-'}")
+        lines.append(f"{strip_control(node):<{w_node}}  {outcome:<10}  "
+                     f"{failed[0] if failed else '-'}")
         lines += [f"{'':<{w_node}}  {'':<10}  {f}" for f in failed[1:]]
     return "\n".join(lines) + "\n"
 

@@ -13,7 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rackready import bundle, inventory, ssh
-from rackready.validate import NODE_BASE, NODE_VENV, _ship
+from rackready.node_session import ship_bundle
+from rackready.rundir import new_run_id
+from rackready.validate import NODE_BASE, NODE_VENV
 from validation.profile import load_profile
 
 pytestmark = pytest.mark.lab
@@ -21,7 +23,7 @@ pytestmark = pytest.mark.lab
 OUT = "/var/tmp/fsdp-multinode"
 
 
-def _torchrun(rank: int, endpoint: str, digest: str) -> str:
+def _torchrun(rank: int, endpoint: str, bundle_dir: str) -> str:
     args = [
         f"{NODE_VENV}/bin/python", "-m", "torch.distributed.run",
         "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
@@ -29,21 +31,22 @@ def _torchrun(rank: int, endpoint: str, digest: str) -> str:
         "-m", "validation.workloads.fsdp_train", "--device", "cpu", "--shape", "tiny",
         "--seq", "128", "--steps", "16", "--out", OUT,
     ]
-    return (f"rm -rf {OUT} && cd {NODE_BASE}/bundle/{digest} && "
+    return (f"rm -rf {OUT} && cd {shlex.quote(bundle_dir)} && "
             f"GLOO_SOCKET_IFNAME=host0 NCCL_NVLS_ENABLE=0 timeout 300 {shlex.join(args)}")
 
 
 def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
     nodes = [inventory.find(n, "lab") for n in ("lab-gpu01", "lab-gpu02")]
-    payload, digest = bundle.build()
+    payload = bundle.build()
     clients = [ssh.connect(n) for n in nodes]
     try:
-        for c in clients:
-            _ship(c, payload, digest)
+        # the same verified bundle the suite runs from, in a run folder of its own
+        dirs = [ship_bundle(c, payload, remote_base=NODE_BASE, run_id=new_run_id("fsdp"))
+                for c in clients]
         endpoint = f"{nodes[0].address}:29400"
         with ThreadPoolExecutor(2) as pool:
-            runs = list(pool.map(lambda rc: ssh.run(rc[1], _torchrun(rc[0], endpoint, digest),
-                                                    timeout_s=360), enumerate(clients)))
+            runs = list(pool.map(lambda i: ssh.run(clients[i], _torchrun(i, endpoint, dirs[i]),
+                                                   timeout_s=360), range(2)))
         for rc, _, err in runs:
             assert rc == 0, err[-2000:]
         _, text, _ = ssh.run(clients[0], f"cat {OUT}/fsdp_train.rank0.jsonl")

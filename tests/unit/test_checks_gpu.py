@@ -134,13 +134,91 @@ def test_inventory_faults(tmp_path, edits, metric):
     assert metric in bad and bad <= {metric, "gpu.uniform"}
 
 
-def test_pcie_downtrained_gpu(tmp_path):
-    xml = xml_fault(GPU1, current_link_gen="4", current_link_width="8x")
+def test_pcie_downtrained_gpu_under_load(tmp_path):
+    # Busy (gpu_idle "Not Active") at Gen4 x8 on a Gen5 link: a real downtrain.
+    xml = xml_fault(GPU1, current_link_gen="4", current_link_width="8x",
+                    clocks_event_reason_gpu_idle="Not Active")
     ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
     bad = fails(run("pcie.gpu_link", ctx), ctx)
     assert sorted(v.metric for v in bad) == ["gpu.pcie_gen", "gpu.pcie_width"]
     assert all(v.labels["bus_id"] == "0000:00:07.0" for v in bad)
+    assert [v.labels["source"] for v in bad if v.metric == "gpu.pcie_gen"] == ["under-load"]
     assert "reseat GPU 1" in bad[0].remediation
+
+
+def test_pcie_idle_gen1_is_judged_on_the_link_max(tmp_path):
+    """An idle H100 NVL reads Gen1 (ASPM downtrain): healthy while the link's max is 5."""
+    xml = xml_fault(GPU1, current_link_gen="1")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    result = run("pcie.gpu_link", ctx)
+    gen = {m.labels["gpu"]: (m.value, m.labels["source"], m.labels["current"])
+           for m in result.measurements if m.name == "gpu.pcie_gen"}
+    assert gen == {"0": (5, "current", "5"), "1": (5, "max", "1")}
+    assert fails(result, ctx) == []
+    # A slot that only allows Gen4 fails whatever the idle state.
+    ctx = make_ctx(tmp_path / "b", **{"nvidia-smi_-q_-x": xml_fault(
+        GPU1, current_link_gen="1", max_link_gen="4")})
+    bad = fails(run("pcie.gpu_link", ctx), ctx)
+    assert [(v.metric, v.value, v.labels["gpu"]) for v in bad] == [("gpu.pcie_gen", 4, "1")]
+
+
+def test_pcie_max_na_falls_back_to_device_and_host_max(tmp_path):
+    xml = xml_fault(GPU1, current_link_gen="1", max_link_gen="N/A", max_host_link_gen="4")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    gen = [m.value for m in run("pcie.gpu_link", ctx).measurements
+           if m.name == "gpu.pcie_gen" and m.labels["gpu"] == "1"]
+    assert gen == [4]
+
+
+def test_gpu_index_is_nvidia_smi_order_not_minor_number(tmp_path):
+    """minor_number swapped (NVIDIA does not promise minor == index): an XID on bus
+    00:07 still lands on GPU 1, the second <gpu> in nvidia-smi's order, and its serial."""
+    xml = xml_fault(GPU1, minor_number="0")
+    start = xml.index('<gpu id="00000000:00:06.0">')
+    xml = xml[:start] + xml[start:].replace("<minor_number>0</minor_number>",
+                                            "<minor_number>1</minor_number>", 1)
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    (ctx.sysroot / "var/log/kern.log").write_text(
+        "kernel: NVRM: Xid (PCI:0000:00:07): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.labels["gpu"], v.labels["serial"], v.labels["bus_id"]) for v in bad] == \
+        [("1", SERIAL1, "0000:00:07.0")]
+
+
+def test_nvlink_results_follow_the_uuid_to_the_serial(tmp_path):
+    """nvlink -s numbers GPUs itself; its UUID picks the GPU, so a link down on the GPU
+    whose UUID is GPU 1's is reported with GPU 1's serial even if the numbers differ."""
+    status = (FIX / "nvidia-smi-nvlink-s.txt").read_text()
+    g1 = status.index("GPU 1:")
+    status = status[:g1] + status[g1:].replace("Link 5: 26.562 GB/s", "Link 5: <inactive>", 1)
+    status = status.replace("GPU 0:", "GPU X:").replace("GPU 1:", "GPU 0:").replace(
+        "GPU X:", "GPU 1:")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": status})
+    bad = fails(run("nvlink.links", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels["serial"]) for v in bad] == [
+        ("nvlink.links_up", "1", SERIAL1)]
+
+
+# nvidia-smi nvlink -s with MIG enabled: the GPU line, then nvidia-smi's refusal in
+# place of link lines (driver R525+ wording as quoted in issue 14), or one line alone.
+MIG_NVLINK = [
+    "GPU 0: NVIDIA H200 (UUID: GPU-a)\n\tNVLink is not supported for Devices in MIG mode.\n"
+    "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\tNVLink is not supported for Devices in MIG mode.\n",
+    "NVLink is not supported\n",
+]
+
+
+@pytest.mark.parametrize("text", MIG_NVLINK)
+def test_nvlink_in_mig_mode_is_unknown_never_links_down(tmp_path, text):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text, "nvidia-smi_nvlink_-e": text})
+    with pytest.raises(CheckSkipped, match="NVLink state unknown"):
+        list(all_checks()["nvlink.links"].fn(ctx))
+    # judged: a required check that could not run, with no hardware remediation
+    skipped = CheckResult("nvlink.links", "skipped", 0.0, (), "NVLink state unknown",
+                          ("gpu", "nvlink"))
+    verdicts = [v for v in judge([skipped], ctx.profile) if v.outcome == "fail"]
+    assert [v.metric for v in verdicts] == ["check.status"]
+    assert "RMA" not in verdicts[0].remediation and "reseat" not in verdicts[0].remediation
 
 
 def test_xid_hardware_event_fails_that_gpu(tmp_path):

@@ -14,8 +14,8 @@ def test_summary_names_node_outcome_and_component(tmp_path: Path) -> None:
     write_node(run, result("gpu03"), with_result=False)
     lines = terminal_summary(run).splitlines()
     assert lines[0].startswith("SIMULATED")
-    assert "FAIL  (1 pass, 1 fail, 1 incomplete)" in lines[1]
+    assert "FAIL  (1 pass, 1 fail, 1 incomplete, 0 partial)" in lines[1]
     rows = {line.split()[0]: line for line in lines[3:] if line.strip() and line[0] != " "}
     assert rows["gpu01"].split()[1:] == ["PASS", "-"]
     assert "gemm_burnin/gemm.tflops on GPU 3 (serial 1653124042737)" in rows["gpu02"]
-    assert rows["gpu03"].split()[1] == "INCOMPLETE" and "run incomplete" in rows["gpu03"]
+    assert rows["gpu03"].split()[1] == "INCOMPLETE" and "did not finish" in rows["gpu03"]

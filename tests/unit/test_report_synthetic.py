@@ -156,12 +156,39 @@ def events_for(res: dict[str, Any], finished: bool = True) -> list[dict[str, Any
     return evs
 
 
+def judgement_for(res: dict[str, Any], complete: bool = True) -> dict[str, Any]:
+    """What the controller's judge records for this synthetic node (rackready.judging's
+    shape): the report tests exercise rendering; judging has its own tests."""
+    from rackready.judging import component_words
+
+    verdicts = [{**v, "scope": "node", "component": component_words(v["labels"],
+                                                                    res["inventory"])}
+                for v in res["verdicts"]] if complete else []
+    failing = [v for v in verdicts if v["outcome"] == "fail"]
+    outcome = ("INCOMPLETE" if not complete else "FAIL" if failing else "PASS")
+    reason = ("no result.json: the run did not finish" if not complete else
+              f"{len(failing)} verdict(s) failed; first: {failing[0]['metric']} on "
+              f"{failing[0]['component']}" if failing else "")
+    return {"node": res["node"], "by": "controller", "judged": "2026-11-30T12:05:00+00:00",
+            "profile": res["profile"], "profile_sha256": "cd" * 32, "level": res["level"],
+            "scope": {"partial": False, "only": None, "gpus": None, "without": [],
+                      "waivers_from": "inventory", "level": res["level"],
+                      "missing_checks": []},
+            "complete": complete, "node_claimed_outcome": res["outcome"] if complete else None,
+            "verdicts": verdicts, "fleet_verdicts": [], "thresholds": res["thresholds"],
+            "golden_loss": [{"step": float(s), "loss": float(v)}
+                            for s, v in res.get("extra", {}).get("golden_loss", [])],
+            "problems": [] if complete else ["no result.json: the run did not finish"],
+            "outcome": outcome, "outcome_reason": reason}
+
+
 def write_node(run_dir: Path, res: dict[str, Any], *, with_result: bool = True) -> Path:
     d = run_dir / res["node"]
     d.mkdir(parents=True, exist_ok=True)
     (d / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events_for(res)))
     if with_result:
         (d / "result.json").write_text(json.dumps(res, indent=1))
+    (d / "judgement.json").write_text(json.dumps(judgement_for(res, with_result), indent=1))
     return d
 
 

@@ -139,6 +139,44 @@ def test_resumed_run_interrupted_again_resumes(node):
     assert (node["out"] / "events.interrupted.2.jsonl").is_file()
 
 
+def test_start_and_finish_are_one_instant_each(node, monkeypatch):
+    """result.json's started/finished and the run_started/run_finished events' ts are one
+    clock read each, so a resume (which reads the start back from the event) keeps the
+    original start exactly. A clock that ticks on every read makes a second read visible."""
+    import io
+    import itertools
+
+    from validation import runner
+    from validation.checks import registry
+    from validation.profile import load_profile, scope, with_site
+    from validation.resume import read_previous
+
+    ticks = itertools.count()
+
+    def clock() -> str:
+        return f"2026-01-01T00:00:{next(ticks):02d}.000+00:00"
+
+    monkeypatch.setattr(runner, "_now", clock)
+    monkeypatch.setattr(registry, "_now", clock)
+    profile = with_site(scope(load_profile("xe9680-h200"), 2, tuple(tvc.SCOPE[3].split(","))),
+                        {})
+    out = node["out"]
+
+    def run(resume=None) -> tuple[dict, list[dict]]:
+        buf = io.StringIO()
+        result = runner.run_suite(profile, "quick", out, node["root"], only=["kernel.cmdline"],
+                                  stdout=buf, resume=resume)
+        return result, events_of(buf.getvalue())
+
+    first, evs = run()
+    assert evs[0]["event"] == "run_started" and evs[0]["ts"] == first["started"]
+    assert evs[-1]["event"] == "run_finished" and evs[-1]["ts"] == first["finished"]
+    (out / "result.json").unlink()  # interrupted before the result was fetched
+    again, evs = run(read_previous(out))
+    assert again["started"] == first["started"]
+    assert evs[0]["ts"] == again["resumed_at"][-1] and evs[-1]["ts"] == again["finished"]
+
+
 # -- (c) a different run is refused ------------------------------------------------------
 
 @pytest.mark.parametrize("change", [{"level": "standard"}, {"profile": "xe9680-h100"}])

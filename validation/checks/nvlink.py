@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from validation.checks.common import labels_by_index, m
+from validation.checks.common import gpu_labels, labels_by_index, m, smi
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.nvidia_smi import (
     parse_nvlink_errors,
-    parse_nvlink_status,
     parse_topo,
+    read_nvlink_status,
 )
 
 _KINDS = {"replay": "nvlink.replay_errors", "recovery": "nvlink.recovery_errors",
@@ -39,15 +39,27 @@ def nvlink_error_counters(ctx: Context) -> dict[int, dict[int, dict[str, int]]]:
                                        artifact="nvidia-smi-nvlink-e.txt"))
 
 
+def _labels(ctx: Context, uuids: dict[int, str]) -> dict[int, dict[str, str]]:
+    """nvlink's GPU N -> that GPU's labels, by the UUID nvlink prints beside N (then by
+    nvidia-smi's index), so a result lands on the right serial."""
+    by_uuid = {g.uuid: gpu_labels(g) for g in smi(ctx).gpus}
+    labels = labels_by_index(ctx)
+    return {i: by_uuid.get(u) or labels.get(i) or {"gpu": str(i)} for i, u in uuids.items()}
+
+
 @check("nvlink.links", needs=("gpu", "nvlink"), timeout_s=60,
        title="every NVLink up at full speed, error counters")
 def nvlink_links(ctx: Context) -> Iterator[Measurement]:
-    labels = labels_by_index(ctx)
-    status = parse_nvlink_status(ctx.run(["nvidia-smi", "nvlink", "-s"],
-                                         artifact="nvidia-smi-nvlink-s.txt"))
-    if not status:
+    state = read_nvlink_status(ctx.run(["nvidia-smi", "nvlink", "-s"],
+                                       artifact="nvidia-smi-nvlink-s.txt"))
+    if state.note or state.unknown:
+        # MIG mode and the like: unknown, not "0 links up" and never a hardware fault.
+        why = state.note or "; ".join(f"GPU {g}: {w}" for g, w in sorted(state.unknown.items()))
+        raise CheckSkipped(f"NVLink state unknown: nvidia-smi says {why!r}")
+    if not state.links:
         raise CheckSkipped("nvidia-smi nvlink -s lists no NVLink on any GPU")
-    for gpu, links in status.items():
+    labels = _labels(ctx, state.uuids)
+    for gpu, links in state.links.items():
         lab = labels.get(gpu, {"gpu": str(gpu)})
         yield m("nvlink.links_up", sum(v is not None for v in links.values()), lab)
         for link, speed in links.items():

@@ -8,7 +8,7 @@ from validation.checks.common import gpu_labels, m, rdma_devices, smi
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.lspci import parse_lspci_vvv
-from validation.probes.nvidia_smi import short_bus_id
+from validation.probes.nvidia_smi import GpuInfo, short_bus_id
 from validation.probes.system import PciDevice, read_pci_devices
 
 
@@ -21,8 +21,22 @@ def pci_devices(ctx: Context) -> list[PciDevice]:
 def pcie_gpu_link(ctx: Context) -> Iterator[Measurement]:
     for g in smi(ctx).gpus:
         lab = gpu_labels(g)
-        yield m("gpu.pcie_gen", g.pcie_gen, {**lab, "max": str(g.pcie_gen_max)})
+        gen, source = link_gen(g)
+        yield m("gpu.pcie_gen", gen, {**lab, "max": str(g.pcie_gen_max), "source": source,
+                                      "current": str(g.pcie_gen)})
         yield m("gpu.pcie_width", g.pcie_width, {**lab, "max": str(g.pcie_width_max)})
+
+
+def link_gen(g: GpuInfo) -> tuple[int | None, str]:
+    """The generation to judge: cards downtrain to Gen1 at idle (ASPM), so an idle
+    current gen below the link's max says nothing. Judged: the current gen when the
+    link runs at its max or the GPU is busy (under load), else the link's max."""
+    cur, top = g.pcie_gen, g.pcie_gen_max
+    if cur is not None and top is not None and cur >= top:
+        return cur, "current"
+    if cur is not None and g.clock_events.get("idle") is False:
+        return cur, "under-load"
+    return top, "max" if top is not None else "unknown"  # None: not read, never idle Gen1
 
 
 def nics(ctx: Context) -> list[PciDevice]:

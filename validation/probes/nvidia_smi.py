@@ -17,12 +17,22 @@ class ParseError(ValueError):
     """The text is not the format the parser expects."""
 
 
+# What nvidia-smi prints for a value it cannot give, bare (XML, -q) or bracketed (CSV):
+# "[N/A]", "[Not Supported]", "[Unknown Error]", "[Requested functionality has been
+# deprecated]", "[Insufficient Permissions]", "[GPU requires reset]", ...
+_NO_VALUE = {"n/a", "", "not supported", "unknown error", "insufficient permissions",
+             "requested functionality has been deprecated", "gpu requires reset",
+             "gpu is lost", "not found", "unknown"}
+
+
 def _na(text: str | None) -> str | None:
+    """A value nvidia-smi could not give -> None (never a number)."""
     if text is None:
         return None
     text = text.strip()
-    return None if text in ("N/A", "[N/A]", "", "Requested functionality has been deprecated") \
-        else text
+    if text.startswith("[") and text.endswith("]"):  # CSV brackets every non-value
+        return None
+    return None if text.lower() in _NO_VALUE else text
 
 
 def _int(text: str | None) -> int | None:
@@ -77,6 +87,8 @@ class GpuInfo:
     fabric_state: str | None
     fabric_status: str | None
     clock_events: dict[str, bool] = field(default_factory=dict)  # short name -> active
+    # /dev/nvidiaN: NVIDIA does not promise it equals nvidia-smi's index (kept, not used)
+    minor_number: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,11 @@ _CLOCK_EVENTS = {
 }
 
 
+def _min(*vals: int | None) -> int | None:
+    present = [v for v in vals if v is not None]
+    return min(present) if present else None
+
+
 def _sum(*vals: int | None) -> int | None:
     present = [v for v in vals if v is not None]
     return sum(present) if present else None
@@ -114,6 +131,8 @@ def parse_query_xml(text: str) -> SmiReport:
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"nvidia-smi -q -x: root is <{root.tag}>, not <nvidia_smi_log>")
     gpus = []
+    # nvidia-smi lists <gpu> elements in its own index order (PCI bus id order), the
+    # order of `--query-gpu=index` and `nvidia-smi nvlink -s`; minor_number is not it.
     for idx, g in enumerate(root.findall("gpu")):
         def t(path: str, g: ET.Element = g) -> str | None:
             return g.findtext(path)
@@ -126,9 +145,8 @@ def parse_query_xml(text: str) -> SmiReport:
             suffix = re.sub(r"^clocks_(event|throttle)_reason_", "", child.tag)
             if suffix in _CLOCK_EVENTS:
                 events[_CLOCK_EVENTS[suffix]] = (child.text or "").strip() == "Active"
-        minor = _int(t("minor_number"))
         gpus.append(GpuInfo(
-            index=minor if minor is not None else idx,
+            index=idx,
             bus_id=g.get("id", ""),
             name=(t("product_name") or "").strip(),
             serial=_na(t("serial")),
@@ -164,7 +182,11 @@ def parse_query_xml(text: str) -> SmiReport:
             remapped_rows_pending=_yes(t("remapped_rows/remapped_row_pending")),
             remapped_rows_failure=_yes(t("remapped_rows/remapped_row_failure")),
             pcie_gen=_int(t("pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
-            pcie_gen_max=_int(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+            # "Max": the most the GPU and the slot allow together; older drivers print
+            # N/A there, so the device/host maxima stand in.
+            pcie_gen_max=_int(t("pci/pci_gpu_link_info/pcie_gen/max_link_gen"))
+            or _min(_int(t("pci/pci_gpu_link_info/pcie_gen/max_device_link_gen")),
+                    _int(t("pci/pci_gpu_link_info/pcie_gen/max_host_link_gen"))),
             pcie_width=_int(t("pci/pci_gpu_link_info/link_widths/current_link_width")),
             pcie_width_max=_int(t("pci/pci_gpu_link_info/link_widths/max_link_width")),
             pcie_replay=_int(t("pci/replay_counter")),
@@ -174,6 +196,7 @@ def parse_query_xml(text: str) -> SmiReport:
             fabric_state=_na(t("fabric/state")),
             fabric_status=_na(t("fabric/status")),
             clock_events=events,
+            minor_number=_int(t("minor_number")),
         ))
     return SmiReport(
         driver_version=(root.findtext("driver_version") or "").strip(),
@@ -243,30 +266,57 @@ def nv_links(cell: str) -> int:
 
 
 _GPU_HDR = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]+)\)")
+# What nvidia-smi prints instead of link lines when it cannot say (MIG mode, a GPU or
+# a driver without NVLink): the state is unknown, never "0 links up".
+_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported", re.I)
 
 
-def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
-    """Parse `nvidia-smi nvlink -s`: {gpu: {link: GB/s or None when inactive}}.
+@dataclass(frozen=True)
+class NvlinkStatus:
+    links: dict[int, dict[int, float | None]]  # gpu index -> link -> GB/s (None: inactive)
+    unknown: dict[int, str]  # gpu index -> nvidia-smi's words for why it cannot say
+    uuids: dict[int, str]  # gpu index -> UUID from the GPU line
+    note: str | None = None  # a message for the whole output (no GPU line at all)
 
-    Empty output is what nvidia-smi prints when no GPU exposes NVLink (a 1-GPU VM
-    slice): {}; the check decides what that means.
+
+def read_nvlink_status(text: str) -> NvlinkStatus:
+    """Parse `nvidia-smi nvlink -s`, keeping what nvidia-smi could not say apart.
+
+    Empty output (no GPU exposes NVLink, a 1-GPU VM slice) has no links and nothing
+    unknown; the check decides what either means.
     """
+    links: dict[int, dict[int, float | None]] = {}
+    unknown: dict[int, str] = {}
+    uuids: dict[int, str] = {}
     if not text.strip():
-        return {}
-    out: dict[int, dict[int, float | None]] = {}
+        return NvlinkStatus(links, unknown, uuids)
     gpu: int | None = None
     for ln in text.splitlines():
         if m := _GPU_HDR.match(ln):
             gpu = int(m.group(1))
-            out[gpu] = {}
+            links[gpu] = {}
+            uuids[gpu] = m.group(3).strip()
         elif m := re.match(r"\s*Link (\d+): (.*)$", ln):
             if gpu is None:
                 raise ParseError("nvlink -s: link line before any GPU line")
             speed = re.match(r"([\d.]+) GB/s", m.group(2).strip())
-            out[gpu][int(m.group(1))] = float(speed.group(1)) if speed else None
-    if not out:
+            links[gpu][int(m.group(1))] = float(speed.group(1)) if speed else None
+        elif ln.strip() and _UNSUPPORTED.search(ln):
+            if gpu is None:
+                return NvlinkStatus({}, {}, {}, ln.strip())
+            unknown[gpu] = ln.strip()
+    if not links:
         raise ParseError("nvlink -s: no GPU found")
-    return out
+    for g in unknown:
+        if not links[g]:
+            del links[g]
+    return NvlinkStatus(links, unknown, uuids)
+
+
+def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
+    """{gpu: {link: GB/s or None when inactive}}; GPUs nvidia-smi cannot say about
+    (MIG mode) are left out, never reported as links down."""
+    return read_nvlink_status(text).links
 
 
 def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
@@ -282,6 +332,8 @@ def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
         if m := _GPU_HDR.match(ln):
             gpu = int(m.group(1))
             out[gpu] = {}
+        elif gpu is None and _UNSUPPORTED.search(ln):
+            return {}  # no counters to read (MIG mode): nothing, never zeros
         elif m := re.match(r"\s*Link (\d+): (\w+) Errors: (\d+)", ln):
             if gpu is None:
                 raise ParseError("nvlink -e: counter line before any GPU line")

@@ -1,5 +1,12 @@
-"""Parsers for storage: `nvme list -o json` (nvme-cli 1.x flat and 2.x nested) and
-/proc/mdstat. Written from the documented formats (no NVMe on the captured machine)."""
+"""Parsers for storage: `nvme list -o json` and /proc/mdstat.
+
+nvme list -o json shapes (from nvme-cli's nvme-print-json.c / nvme-print.c):
+- 1.x and 2.0-2.10 without -v: flat "Devices": [{"DevicePath": "/dev/nvme0n1", ...}];
+- 2.0-2.10 with -v, and 2.11+ always: "Devices": [{host, "Subsystems": [{"Controllers":
+  [{..., "Namespaces": [...]}], "Namespaces": [...]}]}]. With native NVMe multipath
+  (nvme_core.multipath=Y, the default of distribution kernels) the namespaces sit on
+  the subsystem and the controllers' lists are empty.
+Written from the documented formats (no NVMe on the captured machine)."""
 
 from __future__ import annotations
 
@@ -33,15 +40,25 @@ def parse_nvme_list(text: str) -> list[NvmeDrive]:
                                  str(d.get("SerialNumber", "")).strip(), d.get("Firmware"),
                                  d.get("PhysicalSize")))
             continue
-        for sub in d.get("Subsystems", ()):  # nvme-cli 2.x
-            for ctrl in sub.get("Controllers", ()):
-                for ns in ctrl.get("Namespaces", ()):
-                    out.append(NvmeDrive(
-                        "/dev/" + ns.get("NameSpace", ""),
-                        str(ctrl.get("ModelNumber", "")).strip(),
-                        str(ctrl.get("SerialNumber", "")).strip(), ctrl.get("Firmware"),
-                        ns.get("PhysicalSize")))
+        if "Subsystems" not in d:
+            raise ParseError("nvme list -o json: a device with neither DevicePath nor "
+                             "Subsystems (unknown nvme-cli format)")
+        for sub in d.get("Subsystems") or ():  # nvme-cli 2.x detail list
+            ctrls = sub.get("Controllers") or []
+            for ctrl in ctrls:  # namespaces private to one controller
+                for ns in ctrl.get("Namespaces") or ():
+                    out.append(_drive(ns, ctrl))
+            for ns in sub.get("Namespaces") or ():  # shared (multipath) namespaces
+                out.append(_drive(ns, ctrls[0] if ctrls else {}))
     return out
+
+
+def _drive(ns: dict, ctrl: dict) -> NvmeDrive:
+    name = str(ns.get("NameSpace", ""))
+    return NvmeDrive(name if name.startswith("/dev/") else "/dev/" + name,
+                     str(ctrl.get("ModelNumber", "")).strip(),
+                     str(ctrl.get("SerialNumber", "")).strip(), ctrl.get("Firmware"),
+                     ns.get("PhysicalSize"))
 
 
 @dataclass(frozen=True)
@@ -71,8 +88,11 @@ def parse_mdstat(text: str) -> list[MdArray]:
         if not m:
             continue
         name, state, rest = m.groups()
-        words = rest.split()
-        level = words[0] if words and words[0].startswith(("raid", "linear")) else None
+        # "active (auto-read-only) raid1 ...", "active (read-only) raid0 ...": the
+        # parenthesised state words come before the level; inactive arrays have none.
+        words = [w for w in rest.split() if not (w.startswith("(") and w.endswith(")"))]
+        level = words[0] if words and words[0].startswith(
+            ("raid", "linear", "multipath", "faulty")) else None
         devs = [w for w in words if "[" in w]
         members = tuple(re.sub(r"\[.*$", "", w) for w in devs)
         failed = tuple(re.sub(r"\[.*$", "", w) for w in devs if w.endswith("(F)"))

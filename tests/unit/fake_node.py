@@ -1,0 +1,306 @@
+"""An in-process SSH node for tests: paramiko in server mode on a localhost socket.
+
+The client side is the real one (rackready.ssh.connect: host key checked against a
+known_hosts file, RejectPolicy). Exec requests run through /bin/sh on this machine
+with the node's temp folder as working directory, or through a scripted Python
+behaviour (exec_hook). SFTP serves the real files, reports symlinks as symlinks
+(lstat, listings) and refuses any path outside the node's folder.
+
+Hostile touches a test can switch on:
+    fake_entries[dir] = {name: bytes}   extra listing entries (names no file system allows)
+    listed_sizes[name] = n              the size a fake entry claims in the listing
+    deny_writes = True                  SFTP writes answer "permission denied"
+    denied.add(path)                    SFTP answers "permission denied" for that path
+    corrupt_uploads = True              every uploaded byte string arrives altered
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import paramiko
+from paramiko import SFTPAttributes, SFTPHandle, SFTPServer, SFTPServerInterface
+
+from rackready import ssh
+from rackready.inventory import Node
+
+# a hook gets the command and the channel; it returns True when it handled the request
+ExecHook = Callable[[str, paramiko.Channel], bool]
+
+
+class FakeNode:
+    def __init__(self, root: Path, exec_hook: ExecHook | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.root = root.resolve()
+        self.env = {**os.environ, **(env or {})}  # what the node's commands see
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.exec_hook = exec_hook
+        self.commands: list[str] = []
+        self.uploads: list[str] = []  # paths opened for writing over SFTP
+        self.fake_entries: dict[str, dict[str, bytes]] = {}
+        self.listed_sizes: dict[str, int] = {}  # a fake entry's size as listed (a lie)
+        self.deny_writes = False
+        self.denied: set[str] = set()  # paths SFTP answers "permission denied" for
+        self.corrupt_uploads = False
+        self.procs: list[subprocess.Popen] = []
+        self.allowed = [f"{self.root}/"]  # SFTP serves paths under these prefixes only
+        self.transports: list[paramiko.Transport] = []
+        self._host_key = paramiko.ECDSAKey.generate()
+        self._client_key = paramiko.ECDSAKey.generate()
+        keys = root.parent / f"{root.name}-keys"
+        keys.mkdir(exist_ok=True)
+        key_file = keys / "id_ecdsa"
+        self._client_key.write_private_key_file(str(key_file))
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        port = self._sock.getsockname()[1]
+        known = keys / "known_hosts"
+        known.write_text(f"[127.0.0.1]:{port} {self._host_key.get_name()} "
+                         f"{self._host_key.get_base64()}\n")
+        self.node = Node(name="fake01", address="127.0.0.1", profile="test", platform="",
+                         fabric="", user="tester", port=port, key_file=str(key_file),
+                         known_hosts=str(known), sysroot="/", lab=True)
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="fake-node-accept").start()
+
+    # -- test side ---------------------------------------------------------------------
+
+    def connect(self) -> paramiko.SSHClient:
+        return ssh.connect(self.node, timeout_s=5)
+
+    def drop_connections(self) -> None:
+        """The network goes away: every SSH connection closes."""
+        for t in self.transports:
+            t.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._sock.close()
+        self.drop_connections()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    # -- server side -------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self._host_key)
+            transport.set_subsystem_handler("sftp", SFTPServer, _SFTP, fake=self)
+            self.transports.append(transport)
+            try:
+                transport.start_server(server=_Server(self))
+            except (OSError, EOFError, paramiko.SSHException):
+                transport.close()  # a client that went away during the handshake
+
+    def run_exec(self, command: str, channel: paramiko.Channel) -> None:
+        self.commands.append(command)
+        if self.exec_hook is not None and self.exec_hook(command, channel):
+            return
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=self.root,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=self.env)
+        self.procs.append(proc)
+        pumps = [threading.Thread(target=_pump, args=(proc.stdout, channel.sendall), daemon=True),
+                 threading.Thread(target=_pump, args=(proc.stderr, channel.sendall_stderr),
+                                  daemon=True)]
+        for p in pumps:
+            p.start()
+        rc = proc.wait()
+        for p in pumps:
+            p.join()
+        finish(channel, rc if rc >= 0 else 128 - rc)
+
+    def path(self, remote: str | bytes) -> str:
+        text = remote.decode(errors="surrogateescape") if isinstance(remote, bytes) else remote
+        p = os.path.abspath(text)
+        if p in self.denied:
+            raise PermissionError(13, "denied")
+        if not (p == str(self.root) or any(p.startswith(a) for a in self.allowed)):
+            raise PermissionError(13, "outside the fake node")
+        return p
+
+
+def finish(channel: paramiko.Channel, rc: int) -> None:
+    """End an exec request the way sshd does: EOF, exit status, close."""
+    try:
+        channel.shutdown_write()
+        channel.send_exit_status(rc)
+        channel.close()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+
+
+def _pump(pipe, send) -> None:
+    """Copy a process pipe to the channel; like sshd, stop (and close it) once the
+    channel is gone, so a writing process then gets EPIPE."""
+    try:
+        while True:
+            data = pipe.read1(1 << 15)
+            if not data:
+                return
+            send(data)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    finally:
+        pipe.close()
+
+
+class _Server(paramiko.ServerInterface):
+    def __init__(self, fake: FakeNode) -> None:
+        self.fake = fake
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        if key.get_base64() == self.fake._client_key.get_base64():
+            return paramiko.AUTH_SUCCESSFUL
+        return paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session":
+            return paramiko.OPEN_SUCCEEDED
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        threading.Thread(target=self.fake.run_exec, args=(command.decode(), channel),
+                         daemon=True, name="fake-node-exec").start()
+        return True
+
+
+class _Handle(SFTPHandle):
+    def __init__(self, flags: int, fh, corrupt: bool) -> None:
+        super().__init__(flags)
+        self.readfile = self.writefile = fh
+        self.corrupt = corrupt
+
+    def write(self, offset: int, data: bytes) -> int:
+        if self.corrupt:
+            data = bytes(b ^ 0xFF for b in data)
+        return super().write(offset, data)
+
+    def stat(self):
+        return SFTPAttributes.from_stat(os.fstat(self.readfile.fileno()))
+
+
+class _MemHandle(SFTPHandle):
+    """A file that exists only in a fake listing."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(os.O_RDONLY)
+        self.data = data
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.data[offset:offset + length]
+
+    def stat(self):
+        return _regular(len(self.data), "")
+
+
+def _regular(size: int, name: str) -> SFTPAttributes:
+    attr = SFTPAttributes()
+    attr.st_mode = stat.S_IFREG | 0o644
+    attr.st_size = size
+    attr.filename = name
+    return attr
+
+
+class _SFTP(SFTPServerInterface):
+    def __init__(self, server, *args, fake: FakeNode, **kwargs) -> None:
+        super().__init__(server, *args, **kwargs)
+        self.fake = fake
+
+    def _fake_file(self, path: str) -> bytes | None:
+        for folder, entries in self.fake.fake_entries.items():
+            for name, data in entries.items():
+                if path == f"{folder}/{name}":
+                    return data
+        return None
+
+    def list_folder(self, path):
+        try:
+            p = self.fake.path(path)
+            out = []
+            for name in os.listdir(p):
+                attr = SFTPAttributes.from_stat(os.lstat(os.path.join(p, name)))
+                attr.filename = name
+                out.append(attr)
+            out += [_regular(self.fake.listed_sizes.get(name, len(data)), name)
+                    for name, data in self.fake.fake_entries.get(p, {}).items()]
+            return out
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+
+    def stat(self, path):
+        try:
+            return SFTPAttributes.from_stat(os.stat(self.fake.path(path)))
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+
+    def lstat(self, path):
+        try:
+            return SFTPAttributes.from_stat(os.lstat(self.fake.path(path)))
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+
+    def open(self, path, flags, attr):
+        data = self._fake_file(path)
+        if data is not None:
+            return _MemHandle(data)
+        try:
+            p = self.fake.path(path)
+            writing = flags & (os.O_WRONLY | os.O_RDWR)
+            if writing:
+                self.fake.uploads.append(p)
+                if self.fake.deny_writes:
+                    raise PermissionError(13, "denied")
+            if not writing:  # a symlink is followed only inside the node's folder
+                self.fake.path(os.path.realpath(p))
+            fd = os.open(p, flags | getattr(os, "O_BINARY", 0), 0o644)
+            mode = "wb" if flags & os.O_WRONLY else "r+b" if flags & os.O_RDWR else "rb"
+            if flags & os.O_APPEND:
+                mode = "ab"
+            return _Handle(flags, os.fdopen(fd, mode), writing and self.fake.corrupt_uploads)
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+
+    def remove(self, path):
+        try:
+            os.remove(self.fake.path(path))
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+        return paramiko.SFTP_OK
+
+    def rename(self, oldpath, newpath):
+        try:
+            os.rename(self.fake.path(oldpath), self.fake.path(newpath))
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+        return paramiko.SFTP_OK
+
+    posix_rename = rename
+
+    def mkdir(self, path, attr):
+        try:
+            os.mkdir(self.fake.path(path))
+        except OSError as exc:
+            return SFTPServer.convert_errno(exc.errno)
+        return paramiko.SFTP_OK
+
+    def chattr(self, path, attr):
+        return paramiko.SFTP_OK
