@@ -113,7 +113,10 @@ def _check_yaml(path: Path) -> None:
         if f.suffix not in (".yml", ".yaml"):
             continue
         try:
-            data = yaml.load(f.read_text(), Loader=_VaultTolerantLoader)
+            data = yaml.load(f.read_text(encoding="utf-8"), Loader=_VaultTolerantLoader)
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{f}: malformed inventory: not UTF-8 text (byte {exc.start})") \
+                from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" line {mark.line + 1}" if mark else ""

@@ -158,7 +158,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
         start_event: dict[str, Any] = {
             "event": "run_started", "ts": now, "run_id": run_id, "node": node,
             "profile": profile.name, "level": level, "simulated": profile.simulated,
-            "scope": profile.scope}
+            "scope": profile.scope, "only": list(only) if only else None}
         if resume is not None:
             start_event.update(resumed=True, first_started=started, resumed_at=resumed_at)
         ctx.emit(start_event)
@@ -198,6 +198,9 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                 "schema_version": SCHEMA_VERSION, "run_id": run_id, "node": node,
                 "hostname": hostname, "profile": profile.name, "level": level,
                 "simulated": profile.simulated, "scope": profile.scope,
+                # what was asked: a narrowed run is never an acceptance (the controller
+                # also knows what it asked; a bare result folder has only this)
+                "only": list(only) if only else None,
                 "started": started, "finished": finished_at,
                 **({"resumed_at": resumed_at} if resumed_at else {}),
                 "tool_versions": {"python": platform.python_version(),

@@ -95,3 +95,33 @@ def test_bundle_needs_a_staging_host(tmp_path):
     proc = invoke("bundle", "--inventory", str(inv))
     assert proc.returncode == 2
     assert "no host in group 'staging'" in one_line_error(proc)
+
+
+def test_non_utf8_inventory_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "hosts.yml"
+    bad.write_bytes(b"all:\n  hosts:\n    gpu01: {ansible_host: \xff\xfe}\n")
+    proc = invoke("validate", "--node", "gpu01", "--inventory", str(bad))
+    assert proc.returncode == 2
+    assert "not UTF-8" in one_line_error(proc)
+
+
+def test_out_naming_a_file_is_one_line_exit_2(tmp_path):
+    out = tmp_path / "a-file"
+    out.write_text("keep me\n")
+    proc = invoke("validate", "--node", "gpu01", "--inventory", "rack1", "--out", str(out))
+    assert proc.returncode == 2
+    assert "not a directory" in one_line_error(proc)
+    assert out.read_text() == "keep me\n"
+
+
+def test_resume_of_a_torn_run_plan_is_one_line_exit_2(tmp_path):
+    (tmp_path / "run.json").write_text('{"run_id": "x", "nodes": [')
+    proc = invoke("validate", "--inventory", "rack1", "--resume", str(tmp_path))
+    assert proc.returncode == 2
+    assert "not a readable run plan" in one_line_error(proc)
+
+
+def test_unknown_only_check_is_one_line_exit_2():
+    proc = invoke("validate", "--node", "gpu01", "--inventory", "rack1", "--only", "gpu.magic")
+    assert proc.returncode == 2
+    assert "unknown check(s) gpu.magic" in one_line_error(proc)
