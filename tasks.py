@@ -124,17 +124,47 @@ def validate(c, node=None, inventory="lab", level="quick", out=None,
         "run": "run directory written by `invoke validate`",
         "format": "comma-separated: json,html,pdf,junit (default: all)",
         "diff": "compare two runs instead: RUN_A,RUN_B",
-        "sign": "operator name: sign the node reports of the run",
+        "sign": "signer's name: sign every report of the run (needs --key)",
+        "key": "Ed25519 private key from `invoke keygen` (passphrase from "
+               "RACKREADY_SIGNING_PASSPHRASE)",
     }
 )
 @user_errors
-def report(c, run=None, format="json,html,pdf,junit", diff=None, sign=None):
-    """Write acceptance reports (JSON, HTML, PDF, JUnit) for a validation run."""
+def report(c, run=None, format="json,html,pdf,junit", diff=None, sign=None, key=None):
+    """Write acceptance reports (JSON, HTML, PDF, JUnit) for a validation run; or sign them."""
     from rackready.report.cli import report_command
 
-    code = report_command(run=run, formats=format, diff=diff, sign=sign)
+    code = report_command(run=run, formats=format, diff=diff, sign=sign, key=key)
     if code:
         raise Exit(code=code)
+
+
+@task(
+    help={
+        "report": "report folder (RUN/report) or the run directory",
+        "pubkey": "the operator's Ed25519 public key (PEM, the .pub from `invoke keygen`)",
+    }
+)
+@user_errors
+def verify(c, report=None, pubkey=None):
+    """Verify a signed report folder with the operator's public key: one line per file."""
+    required(report=report, pubkey=pubkey)
+    from rackready.report.cli import verify_command
+
+    code = verify_command(report, pubkey)
+    if code:
+        raise Exit(code=code)
+
+
+@task(help={"out": "private key file to create; PATH.pub is written beside it (encrypted "
+                   "when RACKREADY_SIGNING_PASSPHRASE is set)"})
+@user_errors
+def keygen(c, out=None):
+    """Make an Ed25519 key pair for signing acceptance reports."""
+    required(out=out)
+    from rackready.report.cli import keygen_command
+
+    keygen_command(out)
 
 
 # --- the lab -------------------------------------------------------------------
@@ -284,7 +314,7 @@ lab_ns.add_task(lab_heal, "heal")
 lab_ns.add_task(lab_reboot, "reboot")
 
 ns = Collection()
-for t in (provision, bundle, validate, report, demo, test, lint):
+for t in (provision, bundle, validate, report, verify, keygen, demo, test, lint):
     ns.add_task(t)
 ns.add_collection(lab_ns)
 ns.configure({"run": {"echo": False}})

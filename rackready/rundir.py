@@ -290,10 +290,18 @@ def load_untrusted_json(raw: bytes, problems: list[str]) -> Any:
     return _finite(data, problems)
 
 
+# Integers a report can carry exactly (RFC 8785 / I-JSON: IEEE doubles).
+MAX_SAFE_INT = 2**53 - 1
+
+
 def _finite(v: Any, problems: list[str]) -> Any:
-    """Large exponents parse to inf as floats: treat them like the NaN/Infinity words."""
+    """Large exponents parse to inf as floats: treat them like the NaN/Infinity words;
+    integers no report can carry exactly are refused the same way."""
     if isinstance(v, float) and not math.isfinite(v):
         problems.append(f"non-finite number {v} replaced by null")
+        return None
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_SAFE_INT:
+        problems.append(f"integer of {len(str(abs(v)))} digits replaced by null")
         return None
     if isinstance(v, dict):
         return {k: _finite(x, problems) for k, x in v.items()}

@@ -7,9 +7,10 @@ rendered from it and never re-judges a result.
 from __future__ import annotations
 
 from rackready.report.build import FORMATS, build_reports, render_reports
-from rackready.report.canonical import sign_report, verify_report
+from rackready.report.canonical import verify_report
 from rackready.report.diff import compare_runs, diff_runs
 from rackready.report.errors import ReportError
+from rackready.report.signing import sign_reports, verify_report_dir
 from rackready.report.summary import terminal_summary
 
 __all__ = [
@@ -19,7 +20,8 @@ __all__ = [
     "compare_runs",
     "diff_runs",
     "render_reports",
-    "sign_report",
+    "sign_reports",
     "terminal_summary",
     "verify_report",
+    "verify_report_dir",
 ]

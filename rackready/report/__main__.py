@@ -1,4 +1,4 @@
-"""python -m rackready.report {build,summary,sign,verify,diff} — see cli.main."""
+"""python -m rackready.report {build,summary,sign,verify,keygen,diff} — see cli.main."""
 
 from rackready.report.cli import main
 

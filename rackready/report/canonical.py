@@ -1,23 +1,34 @@
-"""Integrity and sign-off: a SHA-256 over the report's canonical JSON.
+"""Canonical bytes and the report hash.
 
-Canonical form: the report object without its "sha256" key, serialised with
-sorted keys, no whitespace, UTF-8 (non-ASCII kept as is). A customer can
-recompute it with any JSON library:
+Canonical form: RFC 8785, the JSON Canonicalization Scheme (JCS), through the
+maintained `rfc8785` package: keys sorted by UTF-16 code units, no whitespace,
+numbers in ECMAScript form (662.0 -> 662, 1e21 -> 1e+21), UTF-8. Any JCS
+implementation in any language gives the same bytes; Python's json.dumps does
+not (float repr, key order outside the BMP). NaN, Infinity and integers beyond
+2**53-1 have no JCS form and are refused with the place they occur.
 
-    python3 -c 'import json,hashlib,sys; d=json.load(open(sys.argv[1])); s=d.pop("sha256");
-    print(hashlib.sha256(json.dumps(d,sort_keys=True,separators=(",",":"),
-    ensure_ascii=False).encode()).hexdigest()==s)' report.json
+A report's "sha256" is the SHA-256 of the canonical bytes of the report without
+its "sha256" and "signoff" keys. Leaving the signoff out keeps the hash (and the
+rack report's list of node hashes) unchanged when a report is signed; the
+signature itself covers the hash and the signoff (see signing.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+import math
+import os
 from pathlib import Path
 from typing import Any
 
+import rfc8785
+
 from rackready.report.errors import ReportError
+
+# Keys left out of the hashed body (docs/signing.md, "What is covered").
+HASH_EXCLUDED = ("sha256", "signoff")
+SAFE_INT = 2**53 - 1
 
 SIGNOFF_STATEMENT = (
     "I have reviewed this acceptance report and confirm that it reflects the tests run "
@@ -25,18 +36,50 @@ SIGNOFF_STATEMENT = (
 )
 
 
-def canonical_bytes(doc: dict[str, Any]) -> bytes:
-    body = {k: v for k, v in doc.items() if k != "sha256"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+def _first_bad(value: Any, where: str) -> str | None:
+    """Where value holds something JCS cannot write, and what (None: nothing found)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or '<root>'} is {value!r}; JSON has no NaN or Infinity"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > SAFE_INT:
+        return f"{where or '<root>'} is {value}, beyond JSON's exact integer range (2**53-1)"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{where or '<root>'} holds text that is not valid Unicode"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{where or '<root>'} has a non-text key {k!r}"
+            found = _first_bad(v, f"{where}/{k}" if where else k)
+            if found:
+                return found
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            found = _first_bad(v, f"{where}/{i}" if where else str(i))
+            if found:
+                return found
+    return None
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """RFC 8785 bytes of any JSON value; a value with no JSON form is a ReportError."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as e:
+        raise ReportError(f"no canonical JSON form: {_first_bad(value, '') or e}") from None
+
+
+def hashed_body(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in HASH_EXCLUDED}
 
 
 def report_sha256(doc: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_bytes(doc)).hexdigest()
+    return hashlib.sha256(canonical_bytes(hashed_body(doc))).hexdigest()
 
 
 def seal(doc: dict[str, Any]) -> dict[str, Any]:
-    """Return the document with its sha256 field set (over everything else)."""
+    """Return the document with its sha256 field set (over everything but sha256/signoff)."""
     sealed = {k: v for k, v in doc.items() if k != "sha256"}
     sealed["sha256"] = report_sha256(sealed)
     return sealed
@@ -48,8 +91,12 @@ def empty_signoff() -> dict[str, Any]:
 
 def write_report(path: Path, doc: dict[str, Any]) -> None:
     # Pretty on disk for people; the hash is over the canonical form, not these bytes.
-    path.write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
+    # Written whole then renamed, so an interrupted write never leaves half a report.
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False,
+                              allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -65,23 +112,6 @@ def read_report(path: Path) -> dict[str, Any]:
 
 
 def verify_report(path: Path) -> bool:
-    """True when the file's sha256 matches its canonical content."""
+    """True when the file's sha256 matches its canonical content (no signature check)."""
     doc = read_report(path)
     return doc.get("sha256") == report_sha256(doc)
-
-
-def sign_report(path: Path, operator: str, when: datetime | None = None) -> None:
-    """Record the operator's sign-off and reseal; refuses a tampered or signed report."""
-    operator = operator.strip()
-    if not operator:
-        raise ReportError("sign-off needs the operator's name")
-    doc = read_report(path)
-    if doc["sha256"] != report_sha256(doc):
-        raise ReportError(f"{path}: content does not match its sha256; refusing to sign")
-    signoff = doc.get("signoff") or empty_signoff()
-    if signoff.get("name"):
-        raise ReportError(f"{path}: already signed by {signoff['name']} on {signoff['date']}")
-    stamp = (when or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    doc["signoff"] = {**signoff, "name": operator,
-                      "date": stamp.isoformat(timespec="seconds").replace("+00:00", "Z")}
-    write_report(Path(path), seal(doc))
