@@ -817,7 +817,9 @@ _EVENT_FIELDS: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     "check_finished": (("result", _result),),
     "measurement": (("measurement", lambda m: isinstance(m, dict)
                      and isinstance(m.get("name"), str)),),
-    "health_start": (("counters", lambda v: isinstance(v, dict)), ("error", _str)),
+    # the start-of-run counters: a list of {counter, labels, value} records
+    "health_start": (("counters", lambda v: isinstance(v, list)
+                      and all(isinstance(x, dict) for x in v)), ("error", _str)),
     "run_finished": (("outcome", _str),),
 }
 _REQUIRED = {"progress": ("fraction",), "check_finished": ("check", "result"),

@@ -64,7 +64,8 @@ def rack(tmp_path, monkeypatch):
 def test_a_broken_and_an_unreachable_node_leave_the_rest_reported(rack, capsys):
     out = rack / "run"
     code = validate.run_validation(node=None, inventory="test", level="quick", out=str(out),
-                                   formats="json,junit,html", only="gpu.inventory,kernel.cmdline")
+                                   formats="json,junit,html",
+                                   only="gpu.inventory,kernel.cmdline,health.delta")
     assert code == 1
     rack_doc = json.loads((out / "report" / "rack.json").read_text())
     by_node = {n["node"]: n for n in rack_doc["nodes"]}
@@ -85,7 +86,10 @@ def test_a_broken_and_an_unreachable_node_leave_the_rest_reported(rack, capsys):
     assert "\x1b[2J" not in printed and "Traceback" not in printed
     # the node's result is never rewritten; the controller's judgement sits beside it
     j = json.loads((out / "gpu01" / "judgement.json").read_text())
-    assert j["by"] == "controller" and j["scope"]["only"] == ["gpu.inventory", "kernel.cmdline"]
+    assert j["by"] == "controller"
+    assert j["scope"]["only"] == ["gpu.inventory", "kernel.cmdline", "health.delta"]
+    # every event the real suite sent was accepted (health_start's counters included)
+    assert json.loads((out / "gpu01" / "session.json").read_text())["problem"] == ""
     session = json.loads((out / "gpu02" / "session.json").read_text())
     assert session["problem"].startswith("preparing the node failed")
     assert "\n" not in session["problem"] and len(session["problem"]) < 300
@@ -104,12 +108,14 @@ def test_resume_sets_aside_only_the_nodes_it_reaches(rack):
     out = rack / "run"
     validate.run_validation(node=None, inventory="test", out=str(out), formats="json",
                             only="kernel.cmdline")
-    before = {p.name: p.read_bytes() for p in (out / "gpu01").iterdir() if p.is_file()}
+    kept = ("result.json", "events.jsonl", "node.log", "session.json")  # judgement is redone
+    before = {p.name: p.read_bytes() for p in (out / "gpu01").iterdir() if p.name in kept}
+    assert set(before) == set(kept)
     unreachable = (out / "gpu03" / "session.json").read_bytes()
     validate.run_validation(node="gpu03", inventory="test", formats="json", resume=str(out))
     # gpu01 was not resumed: untouched; gpu03 was not reached: nothing set aside
-    after = {p.name: p.read_bytes() for p in (out / "gpu01").iterdir() if p.is_file()}
-    assert {k: v for k, v in after.items() if k in before} == before
+    after = {p.name: p.read_bytes() for p in (out / "gpu01").iterdir() if p.name in kept}
+    assert after == before
     assert not list((out / "gpu03").glob("*.interrupted-*"))
     assert (out / "gpu03" / "session.json").read_bytes() != unreachable  # a new attempt
     assert json.loads((out / "run.json").read_text())["resumed_at"]
