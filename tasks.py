@@ -273,6 +273,7 @@ def demo(c, nodes=2):
         "unit": "unit tests only (no lab, no browser)",
     }
 )
+@user_errors
 def test(c, k=None, unit=False):
     """Run the whole test suite (unit, lab, browser); installs what the tests need."""
     if not unit:
