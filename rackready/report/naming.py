@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # Label keys that name hardware, in the order a technician looks for them.
@@ -21,6 +22,14 @@ def gpu_serial(inventory: dict[str, Any], gpu: str) -> str | None:
         if isinstance(g, dict) and str(g.get("index", pos)) == gpu and g.get("serial"):
             return str(g["serial"])
     return None
+
+
+def short_place(labels: dict[str, str]) -> str:
+    """'GPU 3', 'GPU 0 → 1', 'GPU 2 link 5', 'port mlx5_0/1': where, without serials."""
+    if "src" in labels and "dst" in labels:
+        return f"GPU {labels['src']}\u2192{labels['dst']}"
+    return " ".join(f"{'GPU' if k == 'gpu' else k} {labels[k]}" for k in COMPONENT_KEYS
+                    if k in labels)
 
 
 def component(labels: dict[str, str], inventory: dict[str, Any] | None = None) -> str:
@@ -62,3 +71,98 @@ def value_text(v: Any, unit: str = "") -> str:
     else:
         s = str(v)
     return f"{s} {unit}".rstrip() if unit and v is not None else s
+
+
+# C0/C1 controls and bidi overrides: node-provided text must not reorder or hide what a
+# reader sees. Tabs and line breaks become spaces (every field is shown on one line).
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SPACE = re.compile(r"[\t\n\r]+")
+
+# Labels that say where (which device), as opposed to what was measured.
+DEVICE_KEYS = frozenset({*COMPONENT_KEYS, "serial", "bus_id", "src", "dst", "rank", "numa",
+                         "bound", "max", "pair", "path", "source", "failing", "patterns",
+                         "screens"})
+
+# Metric names a customer reads; anything else is shown as its name.
+METRIC_NAMES = {
+    "gemm.tflops": "GEMM throughput", "gemm.power_fraction": "Power held under load",
+    "hbm.bandwidth": "HBM bandwidth", "nccl.busbw": "NCCL bus bandwidth",
+    "nccl.pair_busbw": "NCCL pair bandwidth", "p2p.bandwidth": "GPU peer-to-peer copy",
+    "host.h2d_bandwidth": "Host to GPU copy", "host.d2h_bandwidth": "GPU to host copy",
+    "host.bidir_bandwidth": "Host/GPU copy, both ways",
+    "fsdp.tokens_per_s_per_gpu": "Training throughput per GPU", "fsdp.mfu": "Training MFU",
+    "fsdp.step_time_spread": "Step time spread across ranks",
+    "fsdp.loss_deviation": "Loss vs golden curve",
+    "fsdp.ckpt_write_gbps": "Checkpoint write", "fsdp.ckpt_read_gbps": "Checkpoint read",
+    "fsdp.ckpt_resume_max_abs_diff": "Loss after checkpoint resume",
+    "storage.fio_read": "RAID read", "storage.fio_write": "RAID write",
+    "storage.ckpt_write": "Checkpoint write (RAID)", "storage.ckpt_read": "Checkpoint read (RAID)",
+    "gpu.temperature": "GPU temperature (idle)",
+}
+
+
+def clean(text: Any) -> str:
+    """str(text) without control characters, on one line."""
+    return _CONTROL.sub("", _SPACE.sub(" ", str(text)))
+
+
+def metric_name(metric: str) -> str:
+    return METRIC_NAMES.get(metric, metric)
+
+
+def fmt_bytes(v: float) -> str:
+    """1048576 -> '1 MiB' (binary units, as message sizes are written)."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(v) >= div:
+            q = v / div
+            return f"{q:.0f} {unit}" if float(q).is_integer() else f"{q:.3g} {unit}"
+    return f"{v:.0f} B"
+
+
+# Labels that describe how a workload ran, the same for every row of a run: kept in the
+# JSON, left out of the one-line description.
+CONTEXT_KEYS = frozenset({"impl", "ranks", "world", "n", "ac", "compile", "seq", "steps"})
+
+
+def qualifier(labels: dict[str, str]) -> str:
+    """The labels that say which variant was measured ('bf16', 'all_reduce · 64 MiB')."""
+    parts = []
+    for k, v in sorted(labels.items(), key=lambda kv: (kv[0] != "op", kv[0])):
+        if k in DEVICE_KEYS or k in CONTEXT_KEYS:
+            continue
+        if k == "size_bytes":
+            try:
+                parts.append(fmt_bytes(float(v)))
+            except ValueError:
+                parts.append(f"size {v}")
+        elif k in ("dtype", "op", "shape", "token", "module"):
+            parts.append(v)
+        else:
+            parts.append(f"{k} {v}")
+    return " · ".join(parts)
+
+
+def margin(value: Any, t: dict[str, Any] | None) -> tuple[float, str] | None:
+    """(signed fraction, words) between a number and its floor or ceiling; positive = inside.
+
+    None where a margin means nothing: no numeric limit, an equality, or a limit of 0
+    (an error counter has no percentage to spare).
+    """
+    if not t or t.get("op") not in (">=", ">", "<=", "<"):
+        return None
+    if isinstance(value, bool) or isinstance(t.get("value"), bool):
+        return None
+    try:
+        v, lim = float(value), float(t["value"])
+    except (TypeError, ValueError):
+        return None
+    if lim == 0:
+        return None
+    if t["op"] in (">=", ">"):
+        frac = (v - lim) / abs(lim)
+        words = "above floor" if frac >= 0 else "below floor"
+    else:
+        frac = (lim - v) / abs(lim)
+        words = "below ceiling" if frac >= 0 else "above ceiling"
+    sign = "+" if frac >= 0 else "\u2212"
+    return frac, f"{sign}{abs(frac) * 100:.1f} % {words}"

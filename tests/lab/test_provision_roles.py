@@ -200,7 +200,10 @@ def test_data_drive_with_a_filesystem_is_refused_and_others_go_on(lab_nodes, hos
         # and nothing on the drive changed
         assert hosts[victim].check_output(f"blkid -p -o value -s TYPE {drive}") == "ext4"
     finally:
-        hosts[victim].run(f"wipefs --all --force {drive}")
+        # back to the blank drive the lab made: zeros throughout (wipefs alone leaves
+        # ext4's metadata behind, which the RAID guard rightly counts as data)
+        hosts[victim].run_expect([0], f"dd if=/dev/zero of={drive} bs=1M status=none "
+                                      f"count=$(( $(blockdev --getsize64 {drive}) >> 20 ))")
 
 
 def test_fabric_manager_that_cannot_match_the_driver_fails_that_host_only(lab_nodes, hosts,

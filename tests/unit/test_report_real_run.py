@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from rackready.report import build_reports
+from rackready.report.pdf import find_chromium
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-quick-result.json.gz"
 
@@ -50,3 +56,44 @@ def test_real_result_names_both_gpus_by_serial(tmp_path):
     serials = [g["serial"] for g in (gpus.values() if isinstance(gpus, dict) else gpus)]
     assert len(serials) == 2 and all(s in html for s in serials)
     assert "SIMULATED" not in html
+
+
+def pdf_pages(pdf: Path) -> int:
+    """Pages of a PDF: pdfinfo (poppler-utils) when installed, else the /Type /Page objects
+    (Chromium writes its page objects uncompressed)."""
+    if shutil.which("pdfinfo"):
+        out = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True,
+                             check=True).stdout
+        return int(re.search(r"^Pages:\s+(\d+)", out, re.M).group(1))
+    return len(re.findall(rb"/Type\s*/Page(?![a-zA-Z])", pdf.read_bytes()))
+
+
+@pytest.fixture(scope="module")
+def real_pdf(tmp_path_factory) -> Path:
+    if not find_chromium():
+        pytest.skip("chromium not installed (Debian package 'chromium')")
+    run = _run_dir(tmp_path_factory.mktemp("real"))
+    build_reports(run, {"json", "pdf"})
+    return run / "report" / "node-h200x2.pdf"
+
+
+@pytest.mark.browser
+def test_real_node_report_is_at_most_12_pages(real_pdf: Path) -> None:
+    # 42 pages before the report was redesigned around the decision (issue 11).
+    pages = pdf_pages(real_pdf)
+    assert 3 <= pages <= 12, pages
+
+
+@pytest.mark.browser
+def test_real_node_report_page_one_is_the_decision(real_pdf: Path) -> None:
+    if not shutil.which("pdftotext"):
+        pytest.skip("pdftotext not installed (Debian package 'poppler-utils')")
+    page1 = subprocess.run(["pdftotext", "-f", "1", "-l", "1", "-layout", str(real_pdf), "-"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "FAIL" in page1 and "Failures (2)" in page1
+    for text in ("nccl.version", "2.28.3", "kernel.cmdline", "iommu=pt", "Remediation",
+                 "re-run provisioning", "1653924185327", "1653924170482", "580.159.04",
+                 "Key figures against their limits", "above floor"):
+        assert text in page1, text
+    # the note under the key figures table: the whole table fits on page 1
+    assert "Each row stands for every measurement" in " ".join(page1.split())
