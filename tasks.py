@@ -174,14 +174,15 @@ def keygen(c, out=None):
     help={
         "nodes": "how many simulated nodes (default 2)",
         "profile": "one lab profile for every node (default: XE9680 and DL380a in turn)",
+        "secure-boot": "boot the nodes with UEFI Secure Boot on (simulated; no MOK keys)",
     }
 )
 @user_errors
-def lab_up(c, nodes=2, profile=None):
+def lab_up(c, nodes=2, profile=None, secure_boot=False):
     """Boot simulated nodes (systemd-nspawn) with their package mirror; idempotent."""
     from rackready.lab import lab
 
-    lab.up(int(nodes), profile)
+    lab.up(int(nodes), profile, secure_boot=bool(secure_boot))
     _print_status(lab.status())
 
 

@@ -44,6 +44,8 @@ class NodeSpec:
     index: int
     platform: str
     fabric: str
+    # UEFI Secure Boot on at the node's first boot (hwsim state secure_boot.enabled)
+    secure_boot: bool = False
 
     @property
     def ip(self) -> str:

@@ -47,7 +47,7 @@ def _drives() -> dict[str, list[str]]:
     return json.loads(path.read_text()).get("drives", {}) if path.exists() else {}
 
 
-def plan(count: int, profile: str | None) -> list[NodeSpec]:
+def plan(count: int, profile: str | None, secure_boot: bool = False) -> list[NodeSpec]:
     if not 1 <= count <= config.MAX_NODES:
         raise UserError(f"--nodes must be between 1 and {config.MAX_NODES}, not {count}")
     if profile is not None:
@@ -59,14 +59,15 @@ def plan(count: int, profile: str | None) -> list[NodeSpec]:
     for i in range(count):
         default_platform, fabric = config.DEFAULT_PLATFORMS[i % len(config.DEFAULT_PLATFORMS)]
         platform = profile.removesuffix("-lab") if profile else default_platform
-        specs.append(NodeSpec(config.node_name(i + 1), i + 1, platform, fabric))
+        specs.append(NodeSpec(config.node_name(i + 1), i + 1, platform, fabric, secure_boot))
     return specs
 
 
-def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeSpec]:
+def up(count: int = 2, profile: str | None = None, progress=print,
+       secure_boot: bool = False) -> list[NodeSpec]:
     """Boot the lab; nodes already running are left alone (idempotent)."""
     require_root()
-    specs = plan(count, profile)
+    specs = plan(count, profile, secure_boot)
     existing = load_specs()
     if existing and [s.name for s in existing][: len(specs)] != [s.name for s in specs]:
         raise UserError("the lab is up with other nodes; run `invoke lab.down` first")
@@ -75,7 +76,8 @@ def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeS
             f"the lab has {len(existing)} nodes; run `invoke lab.down` to shrink it"
         )
     pairs = zip(existing, specs, strict=False)
-    if any((e.platform, e.fabric) != (s.platform, s.fabric) for e, s in pairs):
+    if any((e.platform, e.fabric, e.secure_boot) != (s.platform, s.fabric, s.secure_boot)
+           for e, s in pairs):
         raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
     if existing and len(existing) == len(specs) and all(nodes.pid_of(s) for s in specs) \
             and repo.serving_pid():
@@ -105,10 +107,12 @@ def up(count: int = 2, profile: str | None = None, progress=print) -> list[NodeS
         if nodes.pid_of(spec) is not None:
             known.append(_known_line(spec))
             continue
-        progress(f"{spec.name}: {spec.platform} ({spec.fabric}) at {spec.ip}")
+        sb = ", Secure Boot on" if spec.secure_boot else ""
+        progress(f"{spec.name}: {spec.platform} ({spec.fabric}{sb}) at {spec.ip}")
         known.append(nodes.create(spec, base, specs))
         # A fresh OS: no driver loaded, no services; provisioning brings them.
-        state = build_state(spec.platform, spec.name, fabric=spec.fabric, provisioned=False)
+        state = build_state(spec.platform, spec.name, fabric=spec.fabric, provisioned=False,
+                            secure_boot=spec.secure_boot)
         write_node_state(state, spec.root)
         network.ensure_node_network(spec)
         network.ensure_nic_netdevs(spec, [n["netdev"] for n in state["nics"]])

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from .state import RUNTIME_KEYS, pristine_copy
+from .state import GPU_MODE_KEYS, RUNTIME_KEYS, pristine_copy
 
 FaultFn = Callable[[dict[str, Any], str | None], dict[str, Any]]
 
@@ -187,6 +187,9 @@ def heal(state: dict[str, Any]) -> dict[str, Any]:
         if key in state:
             new[key] = copy.deepcopy(state[key])
     new.get("raid", {}).pop("degraded", None)
+    # ECC/MIG modes are settings the node made (nvidia-smi -e/-mig), not hardware faults.
+    for g_new, g_old in zip(new["gpus"], state["gpus"], strict=False):
+        g_new.update({k: g_old[k] for k in GPU_MODE_KEYS if k in g_old})
     kinds = {f["kind"] for f in state.get("faults", [])}
     fm = "nvidia-fabricmanager"
     if "fabric-manager-down" in kinds:

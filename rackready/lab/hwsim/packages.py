@@ -20,6 +20,8 @@ DCGM = "1:4.4.1-1"
 DOCA = "3.1.0-1"
 NCCL = "2.28.9-1+cuda13.0"
 CUDA = "13.0.2-1"
+DKMS = "3.0.10-8+hwsim1"
+MOKUTIL = "0.6.0-2+hwsim1"
 MAINTAINER = "rackready lab <lab@rackready.invalid>"
 
 
@@ -37,6 +39,7 @@ class Pkg:
     files: dict[str, str] = field(default_factory=dict)  # installed path -> content
     units: dict[str, str] = field(default_factory=dict)  # unit name -> content
     postinst: str = ""
+    prerm: str = ""
     with_lib: bool = False
 
 
@@ -66,6 +69,11 @@ def _unit(desc: str, exec_start: str, after: str = "", kind: str = "simple",
 
 SHIM_POSTINST = ("[ -e /usr/local/sbin/modprobe ] || install -D -m 0755 "
                  "/usr/lib/hwsim/{pkg}/bin/modprobe /usr/local/sbin/modprobe\n")
+# As the real DKMS package's postinst: build (and, if dkms is configured to, sign)
+# the modules for the running kernel.
+DKMS_MODULE = DRIVER.split("-")[0]
+DKMS_POSTINST = f'dkms install -m nvidia -v {DKMS_MODULE} -k "$(uname -r)"\n'
+DKMS_PRERM = f'dkms remove -m nvidia -v {DKMS_MODULE} -k "$(uname -r)" || true\n'
 
 
 def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
@@ -84,8 +92,14 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
             "echo 'Build cuda_13.0.r13.0/compiler.36424714_0'\n")
     gpu_mods = "nvidia nvidia_modeset nvidia_uvm nvidia_drm nvidia_peermem\n"
     return [
-        Pkg("nvidia-kernel-open-dkms", DRIVER, "NVIDIA open kernel modules (DKMS)",
+        Pkg("dkms", DKMS, "Dynamic Kernel Module System (build and sign stand-in modules)",
             with_lib=True,
+            tools={"/usr/sbin/dkms": "cli.dkms",
+                   "/usr/lib/linux-kbuild-6.1/scripts/sign-file": "cli.sign_file"}),
+        Pkg("mokutil", MOKUTIL, "tools for manipulating machine owner keys (Secure Boot)",
+            with_lib=True, tools={"/usr/bin/mokutil": "cli.mokutil"}),
+        Pkg("nvidia-kernel-open-dkms", DRIVER, "NVIDIA open kernel modules (DKMS)",
+            with_lib=True, depends=["dkms"], prerm=DKMS_PRERM,
             files={"/usr/lib/hwsim/modules.d/nvidia-kernel-open-dkms.list": gpu_mods,
                    "/usr/lib/hwsim/modules.d/nvidia-kernel-open-dkms.autoload":
                        "nvidia nvidia_modeset nvidia_uvm nvidia_drm\n"},
@@ -95,7 +109,7 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
                 "Simulated GPU state at boot",
                 "/usr/lib/hwsim/nvidia-kernel-open-dkms/bin/hwsim-boot gpu", kind="oneshot",
                 before=BOOT_BEFORE)},
-            postinst=SHIM_POSTINST.format(pkg="nvidia-kernel-open-dkms")),
+            postinst=SHIM_POSTINST.format(pkg="nvidia-kernel-open-dkms") + DKMS_POSTINST),
         Pkg("nvidia-driver-cuda", DRIVER, "NVIDIA driver CUDA integration (nvidia-smi)",
             with_lib=True, tools={"/usr/bin/nvidia-smi": "cli.nvidia_smi"}),
         Pkg("nvidia-persistenced", DRIVER, "NVIDIA persistence daemon", with_lib=True,
@@ -207,10 +221,11 @@ def _stage(p: Pkg, root: Path) -> None:
         names = " ".join(p.units)
         post += (f"if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; "
                  f"systemctl enable {names} || true; fi\n")
-    if post:
-        script = root / "DEBIAN/postinst"
-        script.write_text("#!/bin/sh\nset -e\n" + post)
-        script.chmod(0o755)
+    for name, body in (("postinst", post), ("prerm", p.prerm)):
+        if body:
+            script = root / "DEBIAN" / name
+            script.write_text("#!/bin/sh\nset -e\n" + body)
+            script.chmod(0o755)
 
 
 def build_packages(out_dir: Path, fabricmanager_version: str | None = None) -> list[Path]:

@@ -35,7 +35,9 @@ STATE_SCHEMA = 1
 
 # Settings the node changes at run time (provisioning, daemons). heal() keeps
 # them: a healed fault must not undo what Ansible configured.
-RUNTIME_KEYS = ("modules", "services", "nic_config", "raid", "kernel")
+RUNTIME_KEYS = ("modules", "services", "nic_config", "raid", "kernel", "secure_boot")
+# GPU settings the node changes (nvidia-smi -e / -mig); heal() keeps them too.
+GPU_MODE_KEYS = ("ecc_mode", "ecc_mode_pending", "mig_mode", "mig_mode_pending")
 
 INBOX_MODULES = ["nvme", "nvme_core", "mlx5_core", "mlx5_ib", "ib_core", "ib_uverbs",
                  "ib_umad", "rdma_cm", "ipmi_si", "ipmi_devintf"]
@@ -45,6 +47,23 @@ CX7 = {"model": "MCX75310AAS-NEA", "psid": "MT_0000000838", "fw": "28.43.2026",
        "device_id": "1021", "ca_type": "MT4129",
        "description": "NVIDIA ConnectX-7 HHHL Adapter Card, 400GbE / NDR IB (default mode), "
                       "Single-port OSFP, PCIe 5.0 x16, Crypto Disabled, Secure Boot Enabled"}
+
+
+# The distribution's kernel signing key: built into the kernel's trusted keyring,
+# so modules it signed (the distribution's prebuilt driver packages) load under
+# Secure Boot without any MOK enrollment.
+DISTRIBUTION_KEY = {"sha1": "5b:3c:9e:1f:0a:72:d4:86:31:ee:b0:49:c7:18:2d:6a:93:f5:0e:44",
+                    "subject": "CN=Debian Secure Boot Signer 2022 - linux (hwsim, SIMULATED)"}
+
+
+def secure_boot_state(enabled: bool = False) -> dict[str, Any]:
+    """UEFI Secure Boot as the firmware and shim hold it.
+
+    enrolled_keys is the MOK list (MokListRT); pending_keys the enrollment
+    requests `mokutil --import` queued (MokNew), confirmed at the next boot.
+    """
+    return {"efi": True, "enabled": bool(enabled), "builtin_keys": [dict(DISTRIBUTION_KEY)],
+            "enrolled_keys": [], "pending_keys": []}
 
 
 class PlatformError(ValueError):
@@ -106,12 +125,14 @@ def _cpus(socket: int, per_socket: int) -> str:
 
 
 def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None = None,
-                *, provisioned: bool = True, capture_dir: Path = CAPTURE_DIR) -> dict[str, Any]:
+                *, provisioned: bool = True, secure_boot: bool = False,
+                capture_dir: Path = CAPTURE_DIR) -> dict[str, Any]:
     """The hardware state of one simulated node.
 
     provisioned=True gives the node as the capture shows it (driver loaded,
     persistence and fabric manager running, /raid assembled); False gives a
     fresh OS (inbox modules only, services stopped), what `lab.up` boots.
+    secure_boot=True boots with UEFI Secure Boot on (no MOK keys enrolled).
     """
     if platform not in PLATFORMS:
         raise PlatformError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
@@ -149,7 +170,9 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
             "sm_mhz": cap["idle_sm_mhz"], "mem_mhz": cap["mem_mhz"],
             # bit 0 = GPU idle, as the capture shows at rest
             "clocks_event_reasons": 0x1,
-            "ecc_mode": "Enabled",
+            # ECC on and MIG off, as H100/H200 leave the factory; pending = next boot
+            "ecc_mode": "Enabled", "ecc_mode_pending": "Enabled",
+            "mig_mode": "Disabled", "mig_mode_pending": "Disabled",
             "ecc": {kind: {"sram_correctable": 0, "sram_uncorrectable_parity": 0,
                            "sram_uncorrectable_secded": 0, "dram_correctable": 0,
                            "dram_uncorrectable": 0} for kind in ("volatile", "aggregate")},
@@ -208,6 +231,7 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
         "kernel": {"release": kernel,
                    "cmdline": f"BOOT_IMAGE=/vmlinuz-{kernel} root=/dev/mapper/vg0-root ro "
                               "quiet" + (" iommu=pt" if provisioned else "")},
+        "secure_boot": secure_boot_state(secure_boot),
         "modules": INBOX_MODULES + (DRIVER_MODULES if provisioned else []),
         "services": {"nvidia-persistenced": {"running": provisioned},
                      "nvidia-fabricmanager": {"running": provisioned and hgx},

@@ -1,8 +1,11 @@
 """hwsim-boot: what a (re)boot does to the simulated hardware, run by systemd early.
 
-scope gpu: driver modules come back only if installed (autoload lists and
-/etc/modules-load.d); daemons start afresh. scope nic: mlxconfig next-boot
-values become current (the link type changes the port), run-time QoS is lost.
+scope gpu: the MOK manager enrolls the keys `mokutil --import` queued (the lab
+confirms what a person confirms at the console); driver modules come back only
+if installed (autoload lists and /etc/modules-load.d) and, under Secure Boot,
+signed by a trusted key; pending ECC/MIG modes take effect; daemons start afresh.
+scope nic: mlxconfig next-boot values become current (the link type changes the
+port), run-time QoS is lost.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 from .common import ToolError, locked_state, run
 from .modprobe import _closure, available
+from .secureboot import refusal
 
 DEFAULT_QOS = {"trust": "pcp", "pfc": [0] * 8, "ecn": [0] * 8}
 
@@ -52,11 +56,18 @@ def main(argv: list[str]) -> int:
         raise ToolError("usage: hwsim-boot gpu|nic", 2)
     with locked_state() as state:
         if argv[0] == "gpu":
+            sb = state.get("secure_boot")
+            if sb:
+                sb["enrolled_keys"] = sb.get("enrolled_keys", []) + sb.get("pending_keys", [])
+                sb["pending_keys"] = []
             have = available()
             loaded = [m for m in state["modules"] if not m.startswith("nvidia")]
             for m in _autoload():
                 if m.startswith("nvidia") and m in have:
-                    loaded += [x for x in _closure(m) if x not in loaded]
+                    chain = _closure(m)
+                    # systemd-modules-load skips what the kernel refuses (unsigned under SB)
+                    if not any(refusal(state, x) for x in chain if x not in loaded):
+                        loaded += [x for x in chain if x not in loaded]
             state["modules"] = loaded
             kernel = state["kernel"]
             base = kernel.setdefault("base_cmdline", kernel["cmdline"])
@@ -65,6 +76,9 @@ def main(argv: list[str]) -> int:
                 svc["running"] = False
             for g in state["gpus"]:
                 g["persistence_mode"] = "Disabled"
+                for mode in ("ecc_mode", "mig_mode"):
+                    if mode + "_pending" in g:
+                        g[mode] = g[mode + "_pending"]
                 if state["nvswitches"]:
                     g["fabric"] = {"state": "In Progress", "status": "N/A"}
         else:

@@ -2,7 +2,9 @@
 
 The lab kernel cannot load GPU or ConnectX modules: for those names the shim
 records the module in the state (after its dependencies); everything else
-goes to the real /usr/sbin/modprobe.
+goes to the real /usr/sbin/modprobe. Under Secure Boot (state secure_boot.enabled)
+an nvidia module loads only when its file is signed by a trusted key
+(secureboot.py); otherwise it fails as the kernel does: "Key was rejected by service".
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 from .common import ToolError, locked_state, run
+from .secureboot import refusal
 
 SIMULATED = ("nvidia", "mlx5_", "ib_", "rdma_")
 # Provided by the Debian kernel itself, whatever is installed.
@@ -64,6 +67,9 @@ def main(argv: list[str]) -> int:
                     raise ToolError(f"modprobe: FATAL: Module {need} not found in directory "
                                     f"/lib/modules/{state['kernel']['release']}", 1)
                 if need not in loaded:
+                    why = refusal(state, need) if need.startswith("nvidia") else None
+                    if why:
+                        raise ToolError(why, 1)
                     loaded.append(need)
     return 0
 

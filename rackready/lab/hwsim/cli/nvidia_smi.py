@@ -9,6 +9,7 @@ from . import smi_query, smi_render, smi_topo
 from .common import (
     ToolError,
     load_state,
+    locked_state,
     lost_gpus,
     module_loaded,
     run,
@@ -25,6 +26,7 @@ HELP = """NVIDIA System Management Interface -- v{v} (hwsim stand-in, SIMULATED)
     nvidia-smi --query-remapped-rows=FIELDS --format=csv[,noheader][,nounits]
     nvidia-smi topo -m
     nvidia-smi nvlink -s|-e|-c [-i ID]
+    nvidia-smi [-i ID] -pm 0|1 | -e 0|1 | -mig 0|1
 """
 NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
              "Make sure that the latest NVIDIA driver is installed and running.")
@@ -112,6 +114,53 @@ def _summary(state: dict[str, Any], gpus: list[tuple[int, dict[str, Any]]]) -> s
     return "\n".join(lines) + "\n"
 
 
+# -pm/-e/-mig: state key, what the real tool prints, whether it waits for a reboot.
+MODE_FLAGS = {
+    "-pm": "persistence", "--persistence-mode": "persistence",
+    "-e": "ecc", "--ecc-config": "ecc",
+    "-mig": "mig", "--multi-instance-gpu": "mig",
+}
+
+
+def _set_mode(argv: list[str]) -> int:
+    """nvidia-smi [-i ID] -pm|-e|-mig 0|1: persistence now; ECC and MIG at the next boot."""
+    o = _opts(argv, set(), {"-i", "--id", *MODE_FLAGS})
+    flags = [f for f in o if f in MODE_FLAGS]
+    if len(flags) != 1 or o[flags[0]].upper() not in ("0", "1", "ENABLED", "DISABLED"):
+        raise ToolError(USAGE, RC_BAD_ARGS)
+    kind = MODE_FLAGS[flags[0]]
+    on = o[flags[0]].upper() in ("1", "ENABLED")
+    value = word = "Enabled" if on else "Disabled"
+    with locked_state() as locked:
+        chosen = _select(visible_gpus(locked), o.get("-i") or o.get("--id"))
+        for _, g in chosen:
+            bus = smi_bus_id(g["bdf"])
+            if kind == "persistence":
+                g["persistence_mode"] = value
+                print(f"{word} persistence mode for GPU {bus}.")
+            elif kind == "ecc":
+                g["ecc_mode_pending"] = value
+                print(f"{word} ECC support for GPU {bus}.")
+            else:
+                g["mig_mode_pending"] = value
+                if g.get("mig_mode", "Disabled") == value:
+                    print(f"{word} MIG Mode for GPU {bus}")
+                else:
+                    # the lab's daemons hold the GPU, so the change waits for a reset/reboot
+                    state_word = "enable" if on else "disable"
+                    print(f"Warning: MIG mode is in pending {state_word} state for GPU {bus}:"
+                          "In use by another client\n"
+                          f"{bus} is currently being used by one or more other processes "
+                          "(e.g. CUDA application or a monitoring application such as another "
+                          "instance of nvidia-smi). Please first kill all processes using the "
+                          "device and retry the command or reboot the system to make MIG mode "
+                          "effective.")
+    print("All done.")
+    if kind == "ecc":
+        print("Reboot required.")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(HELP.format(v="580"))
@@ -142,6 +191,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(smi_topo.render_nvlink(chosen, modes[0]))
         return rc
 
+    if any(a.split("=")[0] in MODE_FLAGS for a in argv):
+        return _set_mode(argv) or rc
     o = _opts(argv, {"-q", "--query", "-x", "--xml-format", "-L", "--list-gpus"},
               {"-i", "--id", "-d", "--display", "--query-gpu", "--query-remapped-rows",
                "--format"})

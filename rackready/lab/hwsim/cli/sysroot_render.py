@@ -129,6 +129,20 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
+# The UEFI global variable a kernel exposes as efivarfs: 4 attribute bytes
+# (NV+BS+RT = 0x06) then the value (1 = Secure Boot on), what mokutil reads.
+SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def _efi(state: dict[str, Any], root: Path) -> None:
+    sb = state.get("secure_boot") or {"efi": True, "enabled": False}
+    if not sb.get("efi", True):
+        return  # legacy BIOS boot: no /sys/firmware/efi at all
+    var = root / SECURE_BOOT_VAR
+    var.parent.mkdir(parents=True, exist_ok=True)
+    var.write_bytes(b"\x06\x00\x00\x00" + (b"\x01" if sb.get("enabled") else b"\x00"))
+
+
 def render_sysroot(state: dict[str, Any], root: Path) -> None:
     """(Re)write every simulated file under root; stale entries are removed first."""
     root = Path(root)
@@ -160,4 +174,5 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
         for name, value in files.items():
             _write(base / name, value + "\n")
     _infiniband(state, root)
+    _efi(state, root)
     _write(root / "var/log/kern.log", _kern_log(state))
