@@ -32,7 +32,8 @@ def validated(provisioned_lab, tmp_path_factory):
 
 
 def _result(run_dir: Path, node: str) -> dict:
-    return json.loads((run_dir / node / "result.json").read_text())
+    """The controller's judgement of the node (its own result.json is advisory)."""
+    return json.loads((run_dir / node / "judgement.json").read_text())
 
 
 def test_validate_exits_1_when_a_node_fails(validated):
@@ -46,8 +47,9 @@ def test_healthy_node_passes_every_verdict(validated):
     failed = [f"{v['check']}: {v['message']}" for v in result["verdicts"]
               if v["outcome"] == "fail"]
     assert failed == []
-    assert result["outcome"] == "PASS"
-    assert result["simulated"] is True
+    assert result["outcome"] == "PASS" and result["scope"]["missing_checks"] == []
+    assert result["node_claimed_outcome"] == "PASS"
+    assert json.loads((run_dir / "lab-gpu01" / "result.json").read_text())["simulated"] is True
 
 
 def test_faulty_node_fails_naming_the_gpu(validated):
@@ -104,3 +106,17 @@ def _with_known_hosts(node: inventory.Node, path: Path) -> inventory.Node:
     from dataclasses import replace
 
     return replace(node, known_hosts=str(path))
+
+
+def test_a_narrowed_run_is_partial_in_every_format(provisioned_lab, tmp_path):
+    run_dir = tmp_path / "partial"
+    code = run_validation(node="lab-gpu01", inventory="lab", level="quick", out=str(run_dir),
+                          formats="json,html,junit", only="kernel.cmdline,gpu.inventory")
+    assert code == 1  # never an acceptance, however well it went
+    rack = json.loads((run_dir / "report" / "rack.json").read_text())
+    assert rack["outcome"] == "PARTIAL" and rack["partial"] is True
+    node = json.loads((run_dir / "report" / "node-lab-gpu01.json").read_text())
+    assert node["outcome"] == "PARTIAL" and node["scope"]["only"] == ["kernel.cmdline",
+                                                                       "gpu.inventory"]
+    assert "PARTIAL" in (run_dir / "report" / "node-lab-gpu01.html").read_text()
+    assert 'type="partial"' in (run_dir / "report" / "junit.xml").read_text()
