@@ -20,6 +20,7 @@ from validation.model import Measurement
 from validation.probes import nccl_tests
 from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS
+from validation.workloads.common_env import nvls_enabled
 from validation.workloads.launch import WorkloadFailed, run_workload
 
 # per level: worker arguments and the seconds the run is expected to take (progress, timeout)
@@ -109,6 +110,7 @@ def _run(
             timeout_s=max(120.0, expect_s * 2 + 120),
             progress=lambda f, eta: ctx.progress(f, eta, module),
             expect_s=expect_s,
+            nvls=nvls_enabled(getattr(ctx.profile, "nvls", False), ctx.site),
         )
     except WorkloadFailed as e:
         raise RuntimeError(str(e)) from None
