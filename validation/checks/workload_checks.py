@@ -191,6 +191,8 @@ def nccl_tests_dir(ctx: Context) -> Path:
 @check(
     "nccl_tests",
     needs=("gpu", "multi-gpu", "nccl-tests"),
+    # quick keeps to the torch sweep (a minutes budget); the acceptance levels run both
+    levels=("standard", "burnin"),
     timeout_s=3600,
     title="nccl-tests beside the PyTorch collectives: busbw per op and size, #wrong",
 )
