@@ -37,6 +37,21 @@ class Node:
     validation_site: dict | None = None  # rackready_validation_site: extra settings for the suite
     # rackready_validation_without: needs this host cannot have (reported not applicable)
     validation_without: tuple[str, ...] = ()
+    # The role variables validation judges against, under their Ansible names, as the
+    # roles see them (host/group vars over role defaults): one source for both sides.
+    provisioned: dict | None = None
+
+
+# Per role, the variables whose values the node must show after provisioning.
+PROVISIONED_VARS = {
+    "rdma_network": ("rdma_network_roce_priority", "rdma_network_roce_trust",
+                     "rdma_network_roce_mtu"),
+    "validation_tools": ("validation_tools_venv", "validation_tools_nccl_tests_dir",
+                         "validation_tools_nccl_tests_version"),
+    "nvidia_driver": ("nvidia_driver_branch",),
+    "cuda_toolkit": ("cuda_toolkit_version",),
+    "nccl": ("nccl_version",),
+}
 
 
 def inventory_path(name: str) -> Path:
@@ -158,4 +173,39 @@ def _node(name: str, v: dict, path: Path) -> Node:
         rdma_devices=tuple(str(d) for d in v.get("rdma_network_mlx_devices") or ()),
         validation_site=dict(v.get("rackready_validation_site") or {}),
         validation_without=tuple(str(n) for n in v.get("rackready_validation_without") or ()),
+        provisioned=provisioned(v, path, str(name)),
     )
+
+
+def role_default(role: str, name: str) -> str:
+    """A literal role default (roles/<role>/defaults/main.yml), e.g. the venv path."""
+    path = PROJECT_ROOT / "roles" / role / "defaults" / "main.yml"
+    return str((yaml.safe_load(path.read_text(encoding="utf-8")) or {})[name])
+
+
+def provisioned(hostvars: dict, path: Path, host: str = "") -> dict:
+    """PROVISIONED_VARS as the roles resolve them: inventory variables over role defaults
+    (Ansible's precedence), templated by Ansible. Plain data, ready for the site file."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    loader = DataLoader()
+    merged: dict = {}
+    for role in PROVISIONED_VARS:
+        merged.update(loader.load_from_file(str(PROJECT_ROOT / "roles" / role / "defaults"
+                                                / "main.yml")) or {})
+    merged.update(hostvars)
+    templar = Templar(loader=loader, variables=merged)
+    out: dict = {}
+    for names in PROVISIONED_VARS.values():
+        for name in names:
+            try:
+                value = templar.template(merged[name])
+            except AnsibleError as exc:
+                first = str(exc).strip().splitlines()[0]
+                raise UserError(f"{path}: host '{host}': {name}: {first}") from None
+            # Ansible's str/int subclasses become plain data for YAML and JSON.
+            out[name] = value if isinstance(value, bool) else (
+                int(value) if isinstance(value, int) else str(value))
+    return out

@@ -23,7 +23,9 @@ from rackready.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
 
 LEVELS = ("quick", "standard", "burnin")
-NODE_VENV = "/opt/rackready/venv"
+# The role's default venv (tests and tools that have no inventory); a node's own comes
+# from its validation_tools_venv.
+NODE_VENV = inventory.role_default("validation_tools", "validation_tools_venv")
 NODE_BASE = "/var/lib/rackready"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,11 +113,17 @@ def _planned(n: inventory.Node) -> PlannedNode:
 
 def _site(node: inventory.Node) -> dict:
     """Per-node facts from the inventory that the checks (and the controller) judge against."""
-    site = {**(node.validation_site or {}), "fabric": node.fabric,
+    # The role variables that provisioned the node, under their own names (one source).
+    site = {**(node.validation_site or {}), **(node.provisioned or {}), "fabric": node.fabric,
             "platform": node.platform, "node": node.name,
             "rdma_devices": list(node.rdma_devices)}
     # Ansible hands over its own str subclasses; JSON makes them plain data.
     return json.loads(json.dumps(site))
+
+
+def _venv(node: inventory.Node) -> str:
+    """The node's venv, where validation_tools built it (validation_tools_venv)."""
+    return str((node.provisioned or {}).get("validation_tools_venv") or NODE_VENV)
 
 
 def _board_judges(plan: Plan) -> dict:
@@ -179,7 +187,7 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
             command_args=_suite_args(node, level, extra),
             env={"PYTHONUNBUFFERED": "1", "RACKREADY_BUNDLE_SHA256": bundle_payload[1],
                  **_nccl_env(node)},
-            python=f"{NODE_VENV}/bin/python",
+            python=f"{_venv(node)}/bin/python",
             remote_base=NODE_BASE,
             run_id=run.plan.run_id,
             files=node_session.NodeFiles(events=paths.events, log=paths.log,
@@ -214,10 +222,10 @@ def _suite_args(node: inventory.Node, level: str, extra: list[str]) -> list[str]
 
 
 def _nccl_env(node: inventory.Node) -> dict[str, str]:
-    # Lab and CI hosts forbid NVLink multicast; the site setting decides on a real rack.
+    # Lab and CI hosts forbid NVLink multicast; the site setting decides where given, else
+    # the node's workloads follow the profile (on for NVSwitch platforms) and set it anyway.
     nvls = (node.validation_site or {}).get("nccl_nvls_enable")
-    return {"NCCL_NVLS_ENABLE": str(int(bool(nvls)))} if nvls is not None else {
-        "NCCL_NVLS_ENABLE": "0"}
+    return {"NCCL_NVLS_ENABLE": str(int(bool(nvls)))} if nvls is not None else {}
 
 
 def _print_summary(runs: list[NodeRun], judgements: dict) -> None:

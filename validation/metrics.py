@@ -45,7 +45,7 @@ _CORE: list[Metric] = [
     _m("gpu.temperature", "C", "GPU core temperature", "lower"),
     _m("gpu.persistence_mode", "", "persistence mode", "equal"),
     _m("gpu.mig_mode", "", "MIG mode currently in force", "equal"),
-    _m("nccl.version", "", "NCCL library version installed", "equal"),
+    _m("nccl.version", "", "NCCL library version installed (the system libnccl)", "equal"),
     # GPU health
     _m("gpu.ecc_mode", "", "ECC mode currently in force", "equal"),
     _m("gpu.ecc_uncorrected_volatile", "", "uncorrectable ECC errors since boot", "lower"),

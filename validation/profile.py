@@ -45,6 +45,9 @@ class Profile:
     inventory: dict[str, Any]
     thresholds: tuple[Threshold, ...]
     scope: dict[str, Any] = field(default_factory=dict)  # narrowing applied by scope()
+    # NCCL NVLink SHARP (NVLS): on for NVSwitch platforms, the path customers train on;
+    # a site's nccl_nvls_enable overrides it (hosts whose operators forbid multicast)
+    nvls: bool = False
 
     def thresholds_for(self, metric: str) -> list[Threshold]:
         return [t for t in self.thresholds if t.metric == metric]
@@ -133,6 +136,8 @@ def inventory_thresholds(inv: dict[str, Any], prov: str) -> list[Threshold]:
     for key, metric in simple.items():
         if key in gpu:
             out.append(_t(metric, "==", gpu[key], src))
+    if "nccl" in gpu:  # PyTorch loads its own NCCL: judged against the same pin
+        out.append(_t("nccl.torch_version", "==", gpu["nccl"], src))
     if "vbios" in gpu:
         out.append(_t("gpu.vbios", "~", gpu["vbios"], src))
     if "driver_branch" in gpu:
@@ -199,19 +204,70 @@ def _check_inventory(inv: Any, where: str) -> None:
         expected_pair_links(inv)  # raises on an unknown topology
 
 
+# Largest IB MTU a RoCE port runs over an Ethernet MTU: Linux include/rdma/ib_addr.h
+# iboe_get_mtu() subtracts 96 bytes of headers (GRH, UDP, BTH, XRC, AtomicETH, ICRC).
+ROCE_HEADER_BYTES = 96
+IB_MTUS = (4096, 2048, 1024, 512, 256)
+# An InfiniBand port's MTU is the subnet manager's (no role sets it): 4096 on ConnectX/NDR.
+IB_FABRIC_MTU = 4096
+
+
+def roce_active_mtu(eth_mtu: int) -> int:
+    """The RDMA active_mtu ibv_devinfo shows for a RoCE port on a netdev of this MTU."""
+    room = int(eth_mtu) - ROCE_HEADER_BYTES
+    return next((m for m in IB_MTUS if m <= room), 256)
+
+
+def _provisioned(site: dict[str, Any], name: str) -> Any:
+    """A role variable the controller derived from the inventory (inventory.PROVISIONED_VARS)."""
+    if name not in site:
+        raise ProfileError(f"site file lacks {name} (the controller derives it from the "
+                           "inventory's role variables)")
+    return site[name]
+
+
 def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
-    """Limits that depend on the node's site settings (fabric, MTU, RoCE priority)."""
+    """Limits that follow the variables that provisioned the node (fabric, RoCE QoS and
+    MTU, pinned versions), under the roles' own names; none are restated here."""
+    out: list[Threshold] = []
+    src = "inventory variable {} (the value that provisioned this node)"
+    if "nvidia_driver_branch" in site:
+        branch = str(site["nvidia_driver_branch"])
+        out.append(_t("gpu.driver_version", "~", rf"^{re.escape(branch)}\.",
+                      src.format("nvidia_driver_branch")))
+    if "cuda_toolkit_version" in site:
+        out.append(_t("gpu.cuda_version", "==", str(site["cuda_toolkit_version"]),
+                      src.format("cuda_toolkit_version")))
+    if "nccl_version" in site:
+        upstream = str(site["nccl_version"]).split("-")[0]  # 2.28.9-1 -> 2.28.9
+        for metric in ("nccl.version", "nccl.torch_version"):
+            out.append(_t(metric, "==", upstream, src.format("nccl_version")))
+    if "validation_tools_nccl_tests_version" in site:
+        out.append(_t("nccl_tests.version", "==",
+                      str(site["validation_tools_nccl_tests_version"]),
+                      src.format("validation_tools_nccl_tests_version")))
     if "rdma" not in profile.requires:
-        return []
+        return out
     fabric = site.get("fabric", profile.fabric)
-    src = "site settings (inventory host_vars)" if site else f"profile default fabric {fabric}"
-    out = [_t("ib.link_layer", "==", "InfiniBand" if fabric == "ib" else "Ethernet", src),
-           _t("ib.active_mtu", "==", int(site.get("mtu", 4096)), src)]
-    if fabric == "roce":
-        prio = str(site.get("roce_priority", 3))
-        out += [_t("roce.trust", "==", str(site.get("roce_trust", "dscp")), src),
-                _t("roce.pfc_priority_enabled", "==", True, src, {"priority": prio}),
-                _t("roce.pfc_other_priorities", "<=", 0, src)]
+    fsrc = "site fabric (inventory rackready_fabric)" if "fabric" in site else \
+        f"profile default fabric {fabric}"
+    out.append(_t("ib.link_layer", "==", "InfiniBand" if fabric == "ib" else "Ethernet", fsrc))
+    if fabric == "ib":
+        out.append(_t("ib.active_mtu", "==", IB_FABRIC_MTU,
+                      "InfiniBand subnet manager MTU 4096 (ConnectX-7 max_mtu; no role sets it)"))
+        return out
+    mtu = int(_provisioned(site, "rdma_network_roce_mtu"))
+    prio = str(_provisioned(site, "rdma_network_roce_priority"))
+    out += [
+        _t("ib.active_mtu", "==", roce_active_mtu(mtu),
+           src.format(f"rdma_network_roce_mtu={mtu}") + ", less 96 header bytes "
+           "(Linux iboe_get_mtu)"),
+        _t("roce.trust", "==", str(_provisioned(site, "rdma_network_roce_trust")),
+           src.format("rdma_network_roce_trust")),
+        _t("roce.pfc_priority_enabled", "==", True, src.format("rdma_network_roce_priority"),
+           {"priority": prio}),
+        _t("roce.pfc_other_priorities", "<=", 0, src.format("rdma_network_roce_priority")),
+    ]
     return out
 
 
@@ -220,8 +276,10 @@ def with_site(profile: Profile, site: dict[str, Any]) -> Profile:
     fabric = site.get("fabric", profile.fabric)
     if fabric not in ("ib", "roce"):
         raise ProfileError(f"site fabric must be ib or roce, not {fabric!r}")
-    extra = site_thresholds(site, profile)
-    return replace(profile, fabric=fabric, thresholds=profile.thresholds + tuple(extra))
+    merged = {_key(t): t for t in profile.thresholds}
+    for t in site_thresholds(site, profile):
+        merged[_key(t)] = t  # the provisioned value wins over a profile's bench-run default
+    return replace(profile, fabric=fabric, thresholds=tuple(merged.values()))
 
 
 def _key(t: Threshold) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -274,6 +332,7 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         base_thresholds = list(base.thresholds)
         requires = set(data.get("requires", base.requires))
         fabric = data.get("fabric", base.fabric)
+        nvls = data.get("nccl_nvls", base.nvls)
         if "inventory" in data:
             raise _err(where, "a variant inherits the inventory; do not restate it")
     else:
@@ -283,6 +342,7 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         inv = data["inventory"]
         requires = set(data["requires"])
         fabric = data.get("fabric", "ib")
+        nvls = data.get("nccl_nvls", False)
         base_thresholds = inventory_thresholds(inv, str(data["inventory_provenance"]))
     from validation.checks.registry import NEEDS  # vocabulary of needs
 
@@ -291,6 +351,8 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         raise _err(where, f"requires unknown needs {sorted(unknown)}")
     if fabric not in ("ib", "roce"):
         raise _err(where, f"fabric must be ib or roce, not {fabric!r}")
+    if not isinstance(nvls, bool):
+        raise _err(where, f"nccl_nvls must be true or false, not {nvls!r}")
     raw_thresholds: list[Any] = []
     for inc in data.get("include") or ():
         inc_path = directory / str(inc)
@@ -315,7 +377,7 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         merged[_key(t)] = t
     return Profile(name=name, description=str(data.get("description", "")),
                    simulated=simulated, requires=frozenset(requires), fabric=fabric,
-                   inventory=inv, thresholds=tuple(merged.values()))
+                   inventory=inv, thresholds=tuple(merged.values()), nvls=nvls)
 
 
 def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = ()) -> Profile:

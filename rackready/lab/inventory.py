@@ -67,9 +67,12 @@ def group_vars() -> dict:
         "validation_tools_wheelhouse_url": f"{repo.url()}/wheels/",
         # The lab kernel has no md: /raid cannot be assembled (nvme_raid plans and
         # stops before mdadm), so the RAID checks are reported not applicable there.
-        "rackready_validation_without": ["raid"],
+        # Its nvcc is a stand-in that cannot compile, so nccl-tests is never built.
+        "rackready_validation_without": ["raid", "nccl-tests"],
         # The lab has no GPUs: workloads run on CPU (gloo, tiny sizes).
         "rackready_validation_site": {
+            # lab and CI hosts forbid NVLink multicast, whatever the profile says
+            "nccl_nvls_enable": False,
             "workloads": {
                 "device": "cpu",
                 "storage": {"dir": "/var/tmp/raid-standin", "fio_size": "64M",

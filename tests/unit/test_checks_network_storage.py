@@ -11,6 +11,7 @@ from test_checks_gpu import FakeContext, make_ctx, run
 from test_probes_rdma import IBSTAT, IBV_DEVINFO, MLNX_QOS
 from test_probes_storage import RAID0, RAID5_DEGRADED, nvme_v1
 
+from rackready.inventory import provisioned
 from validation.judge import judge
 from validation.profile import load_profile, with_site
 
@@ -20,7 +21,7 @@ def fails(result, ctx):
 
 
 def ib_ctx(tmp_path: Path, ibstat: str = IBSTAT, devinfo: str = IBV_DEVINFO) -> FakeContext:
-    prof = with_site(load_profile("xe9680-h200"), {"fabric": "ib", "mtu": 4096})
+    prof = with_site(load_profile("xe9680-h200"), {"fabric": "ib"})
     ctx = make_ctx(tmp_path, profile=prof)
     ctx.outputs[("ibstat",)] = ibstat
     ctx.outputs[("ibv_devinfo",)] = devinfo
@@ -50,8 +51,10 @@ def test_ib_ports_healthy_when_all_match(tmp_path):
 
 
 def test_roce_qos(tmp_path):
-    prof = with_site(load_profile("dl380a-gen12-h200nvl"), {"fabric": "roce", "roce_priority": 3})
+    site = {"fabric": "roce", **provisioned({}, Path("roles"))}  # the role defaults
+    prof = with_site(load_profile("dl380a-gen12-h200nvl"), site)
     ctx = make_ctx(tmp_path, profile=prof)
+    ctx.site = site
     ctx.outputs[("ibstat",)] = IBSTAT.replace("Link layer: InfiniBand", "Link layer: Ethernet")
     net = ctx.sysroot / "sys/class/infiniband/mlx5_0/device/net/ens1np0"
     net.mkdir(parents=True)

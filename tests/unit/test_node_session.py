@@ -608,6 +608,7 @@ def test_real_bundle_and_suite_run_through_the_session(tmp_path):
     from hwsim_node import make_node
 
     from rackready import bundle
+    from rackready.inventory import provisioned
 
     sim = make_node(tmp_path / "sim", "xe9680-h200", "gpu01", "roce")
     env = {k: v for k, v in sim.env().items() if k != "PYTHONPATH"}  # the bundle's own code
@@ -620,7 +621,9 @@ def test_real_bundle_and_suite_run_through_the_session(tmp_path):
     try:
         out = ns.run_on_node(
             client, "gpu01", bundle=(payload, digest),
-            site_yaml=yaml.safe_dump({"fabric": "roce", "node": "gpu01"}),
+            # as the controller ships it: the role variables that provisioned the node
+            site_yaml=yaml.safe_dump({**provisioned({}, Path("roles")), "fabric": "roce",
+                                      "node": "gpu01"}),
             command_args=[sys.executable, "-m", "validation", "run", "--profile",
                           "xe9680-h200-lab", "--level", "quick", "--sysroot",
                           str(sim.sysroot), "--only", "kernel.cmdline"],

@@ -241,28 +241,64 @@ class NcclCtx(FakeContext):
         return self.text
 
 
-def test_collectives_check_with_unknown_nccl_tests_output_is_unparsed_not_slow(tmp_path):
+def _perf_dir(tmp_path):
+    build = tmp_path / "nccl-tests" / "build"
+    build.mkdir(parents=True)
+    from validation.workloads.busbw import OPS
+
+    for op in OPS:
+        (build / f"{op}_perf").write_text("")
+    return build
+
+
+def test_nccl_tests_check_with_unknown_output_is_unparsed_not_slow(tmp_path):
     """The check raises the parser's "unparsed": the runner records an error, which the
     judge reports as a check that could not parse its probe, never a fabric fault."""
-    from validation.checks.workload_checks import _nccl_tests
+    from validation.checks.workload_checks import nccl_tests_check
 
-    perf = tmp_path / "bin"
-    perf.mkdir()
-    (perf / "all_reduce_perf").write_text("")
+    build = _perf_dir(tmp_path)
     base = make_ctx(tmp_path)
+    # found through the role's own variable, as the controller ships it in the site file
     ctx = NcclCtx(profile=base.profile, level="quick", sysroot=base.sysroot,
-                  out=tmp_path / "out", site={"workloads": {"nccl_tests_dir": str(perf)}})
+                  out=tmp_path / "out",
+                  site={"validation_tools_nccl_tests_dir": str(build.parent)})
     ctx.cache["workloads.gpu_count"] = 8
     ctx.text = "# nccl-tests 3.0 (some future layout)\n 1048576 | float | 44.7 GB/s\n"
     with pytest.raises(ParseError, match="unparsed") as exc:
-        list(_nccl_tests(ctx, {"sizes": "1M:8G"}))
+        list(nccl_tests_check(ctx))
     ctx.text = OLD_ALL_REDUCE
-    got = [(m.name, m.value) for m in _nccl_tests(ctx, {"sizes": "1M:8G"})]
+    got = [(m.name, m.value) for m in nccl_tests_check(ctx)]
     assert ("nccl.busbw", 203.68) in got
-    result = CheckResult("collectives", "error", 0.0, (), f"ParseError: {exc.value}",
-                         ("gpu", "torch"))
+    result = CheckResult("nccl_tests", "error", 0.0, (), f"ParseError: {exc.value}",
+                         ("gpu", "multi-gpu", "nccl-tests"))
     verdicts = [v for v in judge([result], ctx.profile) if v.outcome == "fail"]
     assert [v.metric for v in verdicts] == ["check.status"]
     assert "could not parse its probe" in verdicts[0].message
+
+
+def test_nccl_tests_version_line_is_read():
+    from validation.checks.workload_checks import nccl_tests_version
+
+    text = (FIX / "nccl-tests-all_reduce.txt").read_text()
+    assert nccl_tests_version(text) == "2.19.6"
+    assert nccl_tests_version(OLD_ALL_REDUCE) is None
+
+
+def test_required_nccl_tests_absent_fails_naming_what_is_missing(tmp_path):
+    from validation.checks.registry import CheckSkipped
+    from validation.checks.workload_checks import nccl_tests_check
+
+    base = make_ctx(tmp_path)
+    ctx = NcclCtx(profile=base.profile, level="quick", sysroot=base.sysroot,
+                  out=tmp_path / "out",
+                  site={"validation_tools_nccl_tests_dir": str(tmp_path / "none")})
+    with pytest.raises(CheckSkipped, match="all_reduce_perf") as exc:
+        list(nccl_tests_check(ctx))
+    assert str(tmp_path / "none" / "build") in str(exc.value)
+    # the profile requires nccl-tests: a skip is a failed node, with the reason
+    result = CheckResult("nccl_tests", "skipped", 0.0, (), str(exc.value),
+                         ("gpu", "multi-gpu", "nccl-tests"))
+    bad = [v for v in judge([result], ctx.profile) if v.outcome == "fail"]
+    assert bad and "all_reduce_perf" in bad[0].message
 
 

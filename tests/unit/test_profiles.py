@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rackready.inventory import provisioned
 from validation import metrics
 from validation.profile import (
     PROFILE_DIR,
@@ -126,9 +127,18 @@ def test_scope_and_site():
     assert [t.labels for t in p.thresholds_for("nvlink.pair_links")] == [{"pair": "0-1"}]
     assert "rdma" not in p.required_needs() and "ib" not in p.required_needs()
     assert p.scope == {"gpus": 2, "without": ["nvme", "rdma"]}
-    roce = with_site(load_profile("xe9680-h200"), {"fabric": "roce", "mtu": 4096})
+    roles = provisioned({}, Path("roles"))  # the role defaults, as the controller ships them
+    roce = with_site(load_profile("xe9680-h200"), {"fabric": "roce", **roles})
     assert "roce" in roce.required_needs() and "ib" not in roce.required_needs()
     assert roce.thresholds_for("ib.link_layer")[0].value == "Ethernet"
+    # RoCE over the role's 9000-byte Ethernet MTU runs the 4096 RDMA MTU
+    assert roce.thresholds_for("ib.active_mtu")[0].value == 4096
+    assert "rdma_network_roce_mtu" in roce.thresholds_for("ib.active_mtu")[0].provenance
+    assert roce.thresholds_for("roce.trust")[0].value == roles["rdma_network_roce_trust"]
+    # a RoCE site file without the role's variables is refused, never judged on a default
+    with pytest.raises(ProfileError, match="rdma_network_roce_priority"):
+        with_site(load_profile("xe9680-h200"), {"fabric": "roce", "rdma_network_roce_mtu": 9000,
+                                                "rdma_network_roce_trust": "dscp"})
     with pytest.raises(ProfileError):
         scope(load_profile("xe9680-h200"), gpus=9)
     with pytest.raises(ProfileError):
@@ -142,6 +152,8 @@ from validation.model import CheckResult, Measurement  # noqa: E402
 from validation.workloads.metrics import WORKLOAD_METRICS  # noqa: E402
 
 JUDGED_WORKLOAD = sorted(m.name for m in WORKLOAD_METRICS if m.judged)
+# pinned versions, judged against the inventory (or the site's role variables), not floors
+PINNED = {"nccl.torch_version"}
 CORRECTNESS = {  # metric -> (op, the only acceptable limit)
     "nccl.correct": ("==", True),
     "gemm.sdc_mismatches": ("<=", 0),
@@ -185,7 +197,8 @@ def test_real_floors_have_outliers_units_and_provenance(name):
         ts = p.thresholds_for(metric)
         assert ts and all(t.outlier_k for t in ts if not t.labels or "dtype" in t.labels), metric
     for t in p.thresholds:
-        if t.metric in JUDGED_WORKLOAD and t.metric not in {*CORRECTNESS, "gemm.telemetry_ok"}:
+        if t.metric in JUDGED_WORKLOAD and t.metric not in {*CORRECTNESS, *PINNED,
+                                                            "gemm.telemetry_ok"}:
             assert t.unit == metrics.METRICS[t.metric].unit
             # a number from a run or a datasheet, with the margin applied
             assert re.search(r"\d", t.provenance) and ("bench" in t.provenance
@@ -199,7 +212,7 @@ def test_provisional_wording():
         assert "PROVISIONAL" in t.provenance and "8-GPU run" in t.provenance
     for name in ("xe9680-h100", "dl380a-gen12-h200nvl", "dl380a-gen11-h100nvl"):
         ws = [t for t in load_profile(name).thresholds if t.metric in JUDGED_WORKLOAD
-              and t.metric not in CORRECTNESS and t.metric != "gemm.telemetry_ok"]
+              and t.metric not in {*CORRECTNESS, *PINNED} and t.metric != "gemm.telemetry_ok"]
         assert ws and all("PROVISIONAL until measured" in t.provenance for t in ws), name
 
 

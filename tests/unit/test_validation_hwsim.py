@@ -25,6 +25,7 @@ import pytest
 from fault_expectations import HARDWARE_CHECKS, expected_failure
 from hwsim_node import Node, make_node, run_suite
 
+from rackready.inventory import provisioned
 from rackready.lab.hwsim.faults import FAULT_KINDS, apply_fault
 from rackready.lab.hwsim.state import build_state
 
@@ -39,6 +40,9 @@ WORKLOAD_CHECKS = ("gemm_burnin", "hbm", "collectives", "host_transfers", "stora
 
 def site_for(node: Node, fabric: str, nics: list[str]) -> dict[str, Any]:
     return {
+        # what the controller ships: the role variables that provisioned the node
+        **provisioned({}, Path("roles")),
+        "nccl_nvls_enable": False,
         "fabric": fabric,
         "node": node.state()["node"],
         "rdma_devices": nics,
@@ -52,7 +56,8 @@ def site_for(node: Node, fabric: str, nics: list[str]) -> dict[str, Any]:
 
 
 def without_fio() -> tuple[str, ...]:
-    return () if shutil.which("fio") else ("--without", "fio")
+    # nccl-tests is never built on a CPU node (as the lab inventory says)
+    return ("--without", "nccl-tests" if shutil.which("fio") else "fio,nccl-tests")
 
 
 def failed(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -73,7 +73,10 @@ def netdevs(ctx: Context, ca: str) -> list[str]:
 @check("network.roce_qos", needs=("roce",), timeout_s=60,
        title="RoCE QoS: trust mode and PFC on the RoCE priority only (mlnx_qos)")
 def network_roce_qos(ctx: Context) -> Iterator[Measurement]:
-    prio = int(ctx.site.get("roce_priority", 3))
+    if "rdma_network_roce_priority" not in ctx.site:
+        raise RuntimeError("site file lacks rdma_network_roce_priority (the controller "
+                           "derives it from the inventory)")
+    prio = int(ctx.site["rdma_network_roce_priority"])
     seen = False
     for ca in ibstat(ctx):
         if not any(p.link_layer == "Ethernet" for p in ca.ports):

@@ -20,6 +20,7 @@ from validation.model import Measurement
 from validation.probes import nccl_tests
 from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS
+from validation.workloads.common_env import nvls_enabled
 from validation.workloads.launch import WorkloadFailed, run_workload
 
 # per level: worker arguments and the seconds the run is expected to take (progress, timeout)
@@ -109,6 +110,7 @@ def _run(
             timeout_s=max(120.0, expect_s * 2 + 120),
             progress=lambda f, eta: ctx.progress(f, eta, module),
             expect_s=expect_s,
+            nvls=nvls_enabled(getattr(ctx.profile, "nvls", False), ctx.site),
         )
     except WorkloadFailed as e:
         raise RuntimeError(str(e)) from None
@@ -177,52 +179,64 @@ def collectives(ctx: Context) -> Iterator[Measurement]:
     yield from _run(
         ctx, "collectives", ["--sizes", str(p["sizes"]), "--pair-size", str(p["pair_size"])], 120
     )
-    yield from _nccl_tests(ctx, p)
 
 
-def _nccl_tests(ctx: Context, p: dict[str, Any]) -> Iterator[Measurement]:
-    """nccl-tests beside ours where installed (single process, -g N), out-of-place figures."""
-    d = (ctx.site.get("workloads") or {}).get("nccl_tests_dir")
-    exe = lambda op: str(Path(d) / f"{op}_perf") if d else shutil.which(f"{op}_perf")  # noqa: E731
-    if _device(ctx) == "cpu" or not exe("all_reduce"):
-        return
+def nccl_tests_dir(ctx: Context) -> Path:
+    """Where the validation_tools role built nccl-tests: <validation_tools_nccl_tests_dir>/build
+    (the site's role variable; the role's default where a bare node run has no site)."""
+    d = ctx.site.get("validation_tools_nccl_tests_dir", "/opt/rackready/nccl-tests")
+    return Path(str(d)) / "build"
+
+
+@check(
+    "nccl_tests",
+    needs=("gpu", "multi-gpu", "nccl-tests"),
+    # quick keeps to the torch sweep (a minutes budget); the acceptance levels run both
+    levels=("standard", "burnin"),
+    timeout_s=3600,
+    title="nccl-tests beside the PyTorch collectives: busbw per op and size, #wrong",
+)
+def nccl_tests_check(ctx: Context) -> Iterator[Measurement]:
+    """nccl-tests (single process, -g N), out-of-place figures, judged as the torch ones."""
+    build = nccl_tests_dir(ctx)
+    missing = [op for op in OPS if not (build / f"{op}_perf").is_file()]
+    if missing:
+        # required by the profile: the judge fails the node with this message
+        raise CheckSkipped(f"nccl-tests not built: {build} lacks "
+                           f"{', '.join(m + '_perf' for m in missing)} (the validation_tools "
+                           "role builds it when validation_tools_nccl_tests_url is set)")
+    if _device(ctx) == "cpu":
+        raise CheckSkipped("nccl-tests needs GPUs; this site runs the workloads on CPU")
+    p = _params(ctx, "collectives")
     sizes = str(p["sizes"])
     lo, hi = sizes.split(":")[:2] if ":" in sizes else (sizes.split(",")[0], sizes.split(",")[-1])
     n = _gpu_count(ctx)
     for op in OPS:
-        path = exe(op)
-        if not path or not Path(path).exists():
-            continue
         name = f"nccl-tests-{op}.txt"
-        text = ctx.run(
-            [
-                path,
-                "-b",
-                lo,
-                "-e",
-                hi,
-                "-f",
-                "4",
-                "-g",
-                str(n),
-                "-d",
-                "bfloat16",
-                "-w",
-                "5",
-                "-n",
-                "20",
-            ],
-            timeout_s=900,
-            artifact=name,
-        )
+        text = ctx.run([str(build / f"{op}_perf"), "-b", lo, "-e", hi, "-f", "4", "-g", str(n),
+                        "-d", "bfloat16", "-w", "5", "-n", "20"],
+                       timeout_s=900, artifact=name)
         # an unknown layout raises ParseError ("unparsed"): the check errors, never 0 GB/s
         rows, _ = nccl_tests.parse(text, op)
+        version = nccl_tests_version(text)
+        if version:
+            yield Measurement("nccl_tests.version", version, "", {"op": op},
+                              f"artifacts/{name}")
         for r in rows:
             lab = {"op": op, "size_bytes": str(r.size_bytes), "impl": "nccl-tests", "ranks": str(n)}
             yield Measurement("nccl.busbw", r.oop_busbw, "GB/s", lab, f"artifacts/{name}")
             yield Measurement("nccl.algbw", r.oop_algbw, "GB/s", lab, f"artifacts/{name}")
             if r.oop_wrong is not None:
                 yield Measurement("nccl.correct", r.oop_wrong == 0, "", lab, f"artifacts/{name}")
+
+
+def nccl_tests_version(text: str) -> str | None:
+    """'# nccl-tests version 2.19.6 nccl-headers=...' (2.14 and later); None before."""
+    for line in text.splitlines()[:5]:
+        words = line.lstrip("#").split()
+        if words[:2] == ["nccl-tests", "version"] and len(words) > 2:
+            return words[2]
+    return None
 
 
 @check(

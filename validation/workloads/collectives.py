@@ -149,6 +149,15 @@ class Coll:
         return int(flag.item()) == 0
 
 
+def torch_nccl_version(raw: object = None) -> str:
+    """torch.cuda.nccl.version() as 'major.minor.patch' (a tuple, or an int in old torch)."""
+    v = torch.cuda.nccl.version() if raw is None else raw
+    if isinstance(v, tuple):
+        return ".".join(str(x) for x in v[:3])
+    n = int(v)  # 2.x encodes major*10000 + minor*100 + patch (NCCL_VERSION_CODE)
+    return f"{n // 10000}.{n // 100 % 100}.{n % 100}"
+
+
 def pair_sweep(d: Dist, sink: Sink, size: int, warmup: int, iters: int, repeats: int) -> None:
     """src -> dst alone for every ordered pair; the others wait."""
     n = d.world
@@ -202,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = parse_sizes(a.sizes)
     d = init(a.device)
     sink = Sink(a.out, "collectives", d.rank)
+    if d.rank == 0 and d.is_cuda:
+        # the NCCL this process really runs (PyTorch's own), beside the system libnccl
+        sink.emit("nccl.torch_version", torch_nccl_version(), "", source="torch")
     for op in ops:
         for size in sizes:
             c = Coll(d, op, size)

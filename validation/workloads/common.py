@@ -15,8 +15,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from validation.workloads.common_env import SAFE_ENV
-
 
 class UsageError(Exception):
     """A person's mistake (bad flag or size): one line on stderr, exit 2."""
@@ -51,8 +49,6 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 
 def init(device: str) -> Dist:
-    for k, v in SAFE_ENV.items():
-        os.environ[k] = v  # forced: an inherited NVLS=1 must not slip through
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

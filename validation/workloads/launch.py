@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from validation.model import Measurement
-from validation.workloads.common_env import SAFE_ENV
+from validation.workloads.common_env import nvls_env
 
 
 class WorkloadFailed(RuntimeError):
@@ -49,11 +49,14 @@ def run_workload(
     progress: Callable[[float, float], None] | None = None,
     expect_s: float = 0.0,
     rdzv: list[str] | None = None,
+    nvls: bool = False,
 ) -> tuple[list[Measurement], Path]:
-    """Run `module` on nproc processes writing into out; returns its measurements and log."""
+    """Run `module` on nproc processes writing into out; returns its measurements and log.
+
+    nvls: NVLink multicast for NCCL, set explicitly (validation.workloads.common_env)."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{module}.log"
-    env = {**os.environ, **SAFE_ENV, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **nvls_env(nvls), "PYTHONUNBUFFERED": "1"}
     root = str(Path(__file__).resolve().parents[2])  # the bundle root, so -m finds validation
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     cmd = torchrun_cmd(module, nproc, [*args, "--out", str(out)], rdzv)

@@ -19,6 +19,11 @@ WORKLOAD_METRICS: list[Metric] = [
     ),
     _m("nccl.algbw", "GB/s", "collective algorithm bandwidth: size / time", "higher", judged=False),
     _m("nccl.correct", "", "collective result exactly right on every rank", "equal"),
+    _m("nccl.torch_version", "", "NCCL version PyTorch loaded (torch.cuda.nccl.version())",
+       "equal"),
+    # judged where the site pins it (validation_tools_nccl_tests_version)
+    _m("nccl_tests.version", "", "nccl-tests release that ran (its output's version line)",
+       "equal", judged=False),
     _m(
         "nccl.pair_busbw",
         "GB/s",
