@@ -263,7 +263,9 @@ def _decide(j: dict[str, Any]) -> None:
                   f"{first.get('component') or 'node'}")
     elif j["scope"]["partial"]:
         outcome = "PARTIAL"
-        what = (f"only {', '.join(j['scope']['only'])}" if j["scope"]["only"]
+        only = j["scope"]["only"]
+        what = (f"only {', '.join(only)}" if only and len(only) <= 3
+                else f"only {len(only)} checks" if only
                 else f"{j['scope']['gpus']} GPU(s) of the profile")
         reason = f"narrowed run ({what}): not an acceptance"
     elif not j["verdicts"]:

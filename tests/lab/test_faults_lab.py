@@ -24,11 +24,12 @@ NODE = "lab-gpu01"
 
 
 def _validate(tmp_path, name: str) -> dict:
+    """The controller's judgement of a hardware-checks-only run (a narrowed run: exit 1)."""
     out = tmp_path / name
     code = run_validation(NODE, "lab", "quick", str(out), formats="json",
                           only=",".join(HARDWARE_CHECKS))
-    result = json.loads((out / NODE / "result.json").read_text())
-    assert code == (0 if result["outcome"] == "PASS" else 1)
+    result = json.loads((out / NODE / "judgement.json").read_text())
+    assert code == 1 and result["scope"]["partial"]
     return result
 
 
@@ -36,7 +37,8 @@ def test_healthy_node_passes_the_hardware_checks(provisioned_lab, tmp_path):
     lab.heal(NODE)
     result = _validate(tmp_path, "healthy")
     failed = [v["message"] for v in result["verdicts"] if v["outcome"] == "fail"]
-    assert result["outcome"] == "PASS" and failed == []
+    # every check passed, and a narrowed run is still never an acceptance
+    assert result["outcome"] == "PARTIAL" and failed == []
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
