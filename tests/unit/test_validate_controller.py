@@ -20,6 +20,7 @@ from fake_node import FakeNode, finish
 from hwsim_node import make_node
 
 from rackready import validate
+from rackready.inventory import provisioned
 
 
 def _garbage(command: str, channel: paramiko.Channel) -> bool:
@@ -45,11 +46,13 @@ def rack(tmp_path, monkeypatch):
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
-    monkeypatch.setattr(validate, "NODE_VENV", str(venv.parent))
     monkeypatch.setattr(validate, "NODE_BASE", str(tmp_path / "good" / "base"))
+    # what the roles set on a provisioned node; the venv is this test's interpreter
+    roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
     nodes = {
         "gpu01": dataclasses.replace(good.node, name="gpu01", profile="xe9680-h200-lab",
-                                     sysroot=str(sim.sysroot), fabric="roce"),
+                                     sysroot=str(sim.sysroot), fabric="roce",
+                                     provisioned=roles),
         "gpu02": dataclasses.replace(bad.node, name="gpu02", profile="xe9680-h200-lab"),
         "gpu03": dataclasses.replace(good.node, name="gpu03", profile="xe9680-h200-lab",
                                      port=_free_port()),
