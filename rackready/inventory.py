@@ -48,7 +48,8 @@ PROVISIONED_VARS = {
                      "rdma_network_roce_mtu"),
     "validation_tools": ("validation_tools_venv", "validation_tools_nccl_tests_dir",
                          "validation_tools_nccl_tests_version"),
-    "nvidia_driver": ("nvidia_driver_branch",),
+    "nvidia_driver": ("nvidia_driver_branch", "nvidia_driver_ecc_enabled",
+                      "nvidia_driver_mig_enabled", "nvidia_driver_persistence_enabled"),
     "cuda_toolkit": ("cuda_toolkit_version",),
     "nccl": ("nccl_version",),
 }

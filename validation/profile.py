@@ -226,6 +226,11 @@ def _provisioned(site: dict[str, Any], name: str) -> Any:
     return site[name]
 
 
+def _truthy(v: Any) -> bool:
+    """A role variable's boolean as Ansible reads it (true, "yes", 1, ...)."""
+    return v is True or str(v).strip().lower() in ("true", "yes", "on", "1")
+
+
 def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
     """Limits that follow the variables that provisioned the node (fabric, RoCE QoS and
     MTU, pinned versions), under the roles' own names; none are restated here."""
@@ -235,6 +240,14 @@ def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
         branch = str(site["nvidia_driver_branch"])
         out.append(_t("gpu.driver_version", "~", rf"^{re.escape(branch)}\.",
                       src.format("nvidia_driver_branch")))
+    # GPU modes as the driver role set them (ECC, MIG, persistence)
+    for var, metric, on, off in (
+            ("nvidia_driver_ecc_enabled", "gpu.ecc_mode", "Enabled", "Disabled"),
+            ("nvidia_driver_mig_enabled", "gpu.mig_mode", "Enabled", "Disabled"),
+            ("nvidia_driver_persistence_enabled", "gpu.persistence_mode", "Enabled",
+             "Disabled")):
+        if var in site:
+            out.append(_t(metric, "==", on if _truthy(site[var]) else off, src.format(var)))
     if "cuda_toolkit_version" in site:
         out.append(_t("gpu.cuda_version", "==", str(site["cuda_toolkit_version"]),
                       src.format("cuda_toolkit_version")))

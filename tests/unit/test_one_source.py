@@ -95,3 +95,19 @@ def test_a_templated_variable_that_cannot_resolve_is_one_line(rack: Path):
     set_group_var(rack, "xe9680", rdma_network_roce_mtu="{{ no_such_variable }}")
     with pytest.raises(inventory.UserError, match="gpu0.*rdma_network_roce_mtu"):
         inventory.load(str(rack))
+
+
+def test_gpu_modes_follow_the_driver_role(rack: Path):
+    # ECC, MIG and persistence are what nvidia_driver set, judged under its own names
+    prof = with_site(load_profile(inventory.find("gpu02", str(rack)).profile),
+                     site_of(rack, "gpu02"))
+    assert [t.value for t in prof.thresholds_for("gpu.mig_mode")] == ["Disabled"]
+    set_group_var(rack, "xe9680", nvidia_driver_mig_enabled=True,
+                  nvidia_driver_persistence_enabled=False)
+    site = site_of(rack, "gpu02")
+    assert site["nvidia_driver_mig_enabled"] is True
+    prof = with_site(load_profile(inventory.find("gpu02", str(rack)).profile), site)
+    assert [t.value for t in prof.thresholds_for("gpu.mig_mode")] == ["Enabled"]
+    assert [t.value for t in prof.thresholds_for("gpu.persistence_mode")] == ["Disabled"]
+    assert [t.value for t in prof.thresholds_for("gpu.ecc_mode")] == ["Enabled"]
+    assert "nvidia_driver_mig_enabled" in prof.thresholds_for("gpu.mig_mode")[0].provenance
