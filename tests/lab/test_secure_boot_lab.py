@@ -23,6 +23,9 @@ modes as before, rebooted), so later lab tests see the node they expect.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -60,9 +63,16 @@ class SecureBootRun:
     check: RunResult
 
 
+_RUNS = itertools.count(1)
+
+
 def _driver(lab_nodes, check: bool = False, **extravars) -> RunResult:
-    return run_playbook(lab_nodes.inventory, "site.yml", tags="driver", limit=NODE, quiet=True,
-                        check=check, diff=check, extravars=extravars or None)
+    r = run_playbook(lab_nodes.inventory, "site.yml", tags="driver", limit=NODE, quiet=True,
+                     check=check, diff=check, extravars=extravars or None)
+    # run_playbook writes every run's output to one file: keep this run's own copy
+    kept = r.stdout_path.with_name(f"secure-boot-driver-{next(_RUNS)}.log")
+    shutil.copyfile(r.stdout_path, kept)
+    return dataclasses.replace(r, stdout_path=kept)
 
 
 def _wait_for_persistenced(name: str, timeout_s: float = 30) -> None:

@@ -70,7 +70,10 @@ def test_events_streamed_and_bundle_hash_recorded(validated):
         kinds = [json.loads(line)["event"] for line in lines]
         assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
         assert "check_finished" in kinds
-        assert _result(run_dir, node)["bundle_sha256"] == digest
+        # the node records the bundle it ran; the controller checks it against the plan
+        node_result = json.loads((run_dir / node / "result.json").read_text())
+        assert node_result["bundle_sha256"] == digest
+        assert json.loads((run_dir / "run.json").read_text())["bundle_sha256"] == digest
 
 
 def test_reports_in_every_format_say_simulated(validated):
