@@ -102,6 +102,11 @@ def _read(path: Path, vault_files_needed: bool = False) -> tuple[object, dict[st
     try:
         with contextlib.redirect_stderr(noise):
             _vault_secrets(loader, path)
+    except AnsibleError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"vault password: {first}") from None
+    try:
+        with contextlib.redirect_stderr(noise):
             inv = InventoryManager(loader=loader, sources=[str(path)])
             varman = VariableManager(loader=loader, inventory=inv)
             hosts = {h.name: varman.get_vars(host=h) for h in inv.get_hosts()}

@@ -396,3 +396,10 @@ def test_the_lab_inventory_reads_as_the_admin_through_the_jump_host(tmp_path, mo
     secret = inventory._Facts("lab-gpu01", hosts["lab-gpu01"]).text("rackready_bmc_password")
     vault_text = (inv / "group_vars" / "all" / "vault.yml").read_text()
     assert len(secret) >= 16 and secret not in vault_text
+
+
+def test_a_missing_vault_password_file_is_one_line(vaulted, monkeypatch, tmp_path):
+    hosts, _ = vaulted
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(tmp_path / "nowhere"))
+    with pytest.raises(UserError, match=r"^vault password: .*nowhere"):
+        inventory.find("gpu01", str(hosts))
