@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rackready.errors import UserError
-from rackready.inventory import PROJECT_ROOT, inventory_path
+from rackready.inventory import PROJECT_ROOT, check_inventory, inventory_path, vault_env
 
 PLAYBOOKS = PROJECT_ROOT / "playbooks"
 
@@ -43,6 +43,8 @@ def run_playbook(
     import ansible_runner
 
     inv = inventory_path(str(inventory)) if not Path(inventory).is_file() else Path(inventory)
+    # Ansible alone would run a malformed or empty inventory against no host and exit 0.
+    check_inventory(inv, vault_files_needed=True)
     book = PLAYBOOKS / playbook
     if not book.exists():
         raise UserError(f"no playbook {book.relative_to(PROJECT_ROOT)}")
@@ -82,6 +84,7 @@ def run_playbook(
                 "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
                 # ansible-playbook from the same environment as rackready
                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+                **vault_env(inv),  # the lab's own vault password file, if none is configured
             },
         )
         stats = r.stats or {}

@@ -196,6 +196,7 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
             on_event=lambda ev: board.event(node.name, ev),
             on_status=lambda text: board.update(node.name, text),
             resume=resuming,
+            become=node.become,
         )
         r.events = outcome.events
         r.problem = outcome.problem

@@ -23,6 +23,10 @@ BRIDGE = "rrlab0"
 REPO_PORT = 8473
 
 NODE_PREFIX = "lab-gpu"
+# Nodes are reached as a real rack's are: a non-root admin with passwordless sudo,
+# only through a jump host (SSH only, no route of its own) at .10.
+ADMIN_USER = "rradmin"
+JUMP_NAME = "lab-jump"
 MAX_NODES = 16
 SUITE = "bookworm"
 
@@ -75,3 +79,13 @@ class NodeSpec:
 
 def node_name(index: int) -> str:
     return f"{NODE_PREFIX}{index:02d}"
+
+
+def vault_password_file() -> Path:
+    """The lab's generated vault password (its inventory's group_vars/all/vault.yml)."""
+    return STATE_DIR / "vault-password"
+
+
+def jump_spec() -> NodeSpec:
+    """The jump host: a machine like a node (index 0: .10), without platform or drives."""
+    return NodeSpec(JUMP_NAME, 0, "", "")

@@ -1,11 +1,17 @@
 """Writes inventories/lab: the lab's nodes as an Ansible inventory.
 
 It has the shape of a real site's inventory (see inventories/rack1) plus the
-lab's own SSH trust (its generated known_hosts) and its package mirror.
+lab's own SSH trust (its generated known_hosts and ssh config) and its package
+mirror. Nodes are reached as on a real rack: the non-root admin through the jump
+host (ProxyJump), root through sudo (ansible_become). The BMC password sits in a
+vault-encrypted group_vars/all/vault.yml; its password is the lab-generated
+config.vault_password_file(), which rackready uses for the lab inventory when no
+vault password is configured (other tools: ANSIBLE_VAULT_PASSWORD_FILE=that file).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -45,13 +51,18 @@ def host_vars(spec: NodeSpec, drives: list[str]) -> dict:
 
 def group_vars() -> dict:
     return {
-        "ansible_user": "root",
+        "ansible_user": config.ADMIN_USER,
+        "ansible_become": True,
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": str(keys.client_key()),
-        # The lab's own generated known_hosts: host keys are still verified.
+        # The lab's own generated known_hosts: host keys are still verified. The jump
+        # hop gets its key and known_hosts from the -F file (ssh passes it only that).
         "ansible_ssh_common_args": (
-            f"-o UserKnownHostsFile={keys.known_hosts()} -o StrictHostKeyChecking=yes"
+            f"-F {keys.ssh_config()} -o UserKnownHostsFile={keys.known_hosts()} "
+            f"-o StrictHostKeyChecking=yes "
+            f"-o ProxyJump={config.ADMIN_USER}@{config.jump_spec().ip}"
         ),
+        "rackready_bmc_password": "{{ vault_rackready_bmc_password }}",
         "rackready_lab": True,
         "rackready_sysroot": "/var/lib/hwsim/root",
         "package_sources_repositories": [
@@ -90,15 +101,38 @@ def write(specs: list[NodeSpec], drives: dict[str, list[str]]) -> Path:
             spec, drives.get(spec.name, [])
         )
     hosts = {"all": {"children": groups}}
-    (LAB_INVENTORY / "group_vars").mkdir(parents=True, exist_ok=True)
+    all_vars = LAB_INVENTORY / "group_vars" / "all"
+    all_vars.mkdir(parents=True, exist_ok=True)
+    (LAB_INVENTORY / "group_vars" / "all.yml").unlink(missing_ok=True)  # Ansible reads one
     header = "# Written by `invoke lab.up`; removed by `invoke lab.down`.\n"
     (LAB_INVENTORY / "hosts.yml").write_text(
         header + "---\n" + yaml.safe_dump(hosts, sort_keys=False)
     )
-    (LAB_INVENTORY / "group_vars" / "all.yml").write_text(
+    (all_vars / "main.yml").write_text(
         header + "---\n" + yaml.safe_dump(group_vars(), sort_keys=False)
     )
+    write_vault(all_vars / "vault.yml")
     return LAB_INVENTORY
+
+
+def write_vault(path: Path) -> None:
+    """group_vars/all/vault.yml, encrypted with the lab's vault password (made once per
+    lab): the BMC password stand-in, a secret the roles never print."""
+    import secrets
+
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    pw_file = config.vault_password_file()
+    if not pw_file.exists():
+        pw_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(pw_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(24) + "\n")
+    password = pw_file.read_text().strip().encode()
+    plain = yaml.safe_dump({"vault_rackready_bmc_password": secrets.token_urlsafe(18)})
+    vault = VaultLib([("default", VaultSecret(password))])
+    path.write_bytes(vault.encrypt(plain.encode()))
+    path.chmod(0o600)
 
 
 def remove() -> None:

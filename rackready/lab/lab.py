@@ -80,7 +80,7 @@ def up(count: int = 2, profile: str | None = None, progress=print,
            for e, s in pairs):
         raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
     if existing and len(existing) == len(specs) and all(nodes.pid_of(s) for s in specs) \
-            and repo.serving_pid():
+            and repo.serving_pid() and nodes.pid_of(config.jump_spec()):
         return specs  # already up: the nodes' apt indexes stay valid (no rebuild)
     installed = ensure_host_packages()
     if installed:
@@ -89,6 +89,7 @@ def up(count: int = 2, profile: str | None = None, progress=print,
     progress("root file system: " + str(rootfs.cached_rootfs()))
     base = rootfs.ensure_rootfs()
     keys.ensure_client_key()
+    keys.write_ssh_config()
 
     from rackready.lab.hwsim.packages import build_packages
     from rackready.lab.hwsim.state import build_state
@@ -101,7 +102,7 @@ def up(count: int = 2, profile: str | None = None, progress=print,
     repo.serve()
 
     drives = _drives()
-    known = []
+    known = [_jump_up(base, progress)]
     booted = []
     for spec in specs:
         if nodes.pid_of(spec) is not None:
@@ -122,11 +123,25 @@ def up(count: int = 2, profile: str | None = None, progress=print,
         booted.append(spec)
     keys.write_known_hosts(known)
     _save(specs, drives)
+    jump = config.jump_spec()
+    nodes.wait_for_ssh(jump)
     for spec in booted:
         nodes.wait_for_ssh(spec)
         progress(f"{spec.name}: up, SSH host key verified")
     lab_inventory.write(specs, drives)
     return specs
+
+
+def _jump_up(base: Path, progress) -> str:
+    """The jump host (booted unless it runs); returns its known_hosts line."""
+    jump = config.jump_spec()
+    if nodes.pid_of(jump) is not None:
+        return _known_line(jump)
+    progress(f"{jump.name}: jump host (SSH only) at {jump.ip}")
+    line = nodes.create_jump(base)
+    network.ensure_node_network(jump)
+    nodes.boot(jump, [])
+    return line
 
 
 def _known_line(spec: NodeSpec) -> str:
@@ -144,6 +159,9 @@ def down(progress=print) -> None:
         network.remove_node_network(spec)
         nodes.detach_drives(drives.get(spec.name, []))
         progress(f"{spec.name}: down")
+    jump = config.jump_spec()
+    nodes.stop(jump)
+    network.remove_node_network(jump)
     # Leftovers from an interrupted run that the state file does not know.
     nodes.detach_drives(nodes.lab_loop_devices())
     for ns in network.lab_namespaces():
@@ -155,6 +173,7 @@ def down(progress=print) -> None:
     shutil.rmtree(config.STATE_DIR / "nodes", ignore_errors=True)
     _state_file().unlink(missing_ok=True)
     lab_inventory.remove()
+    config.vault_password_file().unlink(missing_ok=True)
 
 
 def _spec_for_netns(ns: str) -> NodeSpec:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -22,7 +23,8 @@ def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
     root = node.root
     (root / "etc/hostname").write_text(node.name + "\n")
     hosts = ["127.0.0.1 localhost", f"{config.GATEWAY} rackready-controller"]
-    hosts += [f"{n.ip} {n.name}" for n in all_nodes]
+    jump = config.jump_spec()
+    hosts += [f"{jump.ip} {jump.name}"] + [f"{n.ip} {n.name}" for n in all_nodes]
     (root / "etc/hosts").write_text("\n".join(hosts) + "\n")
     # Air-gapped, as a site's OS installer leaves a node: apt knows only the
     # local mirror (the controller's repository), verified by its signing key.
@@ -34,7 +36,18 @@ def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
         f"Types: deb\nURIs: {repo.url()}/debian\nSuites: {config.SUITE}\n"
         "Components: main\nSigned-By: /etc/apt/keyrings/rackready-lab.asc\n"
     )
-    return keys.install_node_keys(root, node.name, node.ip)
+    return keys.install_node_keys(root, node.name, node.ip, allow_from=jump.ip)
+
+
+def create_jump(base: Path) -> str:
+    """The jump host: the same Debian image, SSH only, no sudo for the admin; returns
+    its known_hosts line."""
+    jump = config.jump_spec()
+    rootfs.copy_rootfs(base, jump.root)
+    (jump.root / "etc/hostname").write_text(jump.name + "\n")
+    (jump.root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{jump.ip} {jump.name}\n")
+    (jump.root / "etc/apt/sources.list").write_text("")
+    return keys.install_node_keys(jump.root, jump.name, jump.ip, sudo=False)
 
 
 def attach_drives(node: NodeSpec, count: int = config.DATA_DRIVES) -> list[str]:
@@ -123,21 +136,18 @@ def wait_for_ssh(node: NodeSpec, timeout_s: float = 120) -> None:
 
 
 def ssh(node: NodeSpec, command: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a command on a node with the lab's key, verifying its host key."""
-    return run(
-        [
-            "ssh",
-            "-i", str(keys.client_key()),
-            "-o", f"UserKnownHostsFile={keys.known_hosts()}",
-            "-o", "StrictHostKeyChecking=yes",
-            "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=5",
-            f"root@{node.ip}",
-            command,
-        ],
-        check=check,
-        timeout=120,
-    )
+    """Run a command as root on a lab machine the way the inventory reaches it: the
+    admin through the jump host, then `sudo -n`; host keys verified (the lab's ssh
+    config). On the jump host itself: the admin, directly, without sudo."""
+    jump = config.jump_spec()
+    login = f"{config.ADMIN_USER}@{node.ip}"
+    if node.name == jump.name:
+        route, remote = [], command
+    else:
+        route = ["-J", f"{config.ADMIN_USER}@{jump.ip}"]
+        remote = f"sudo -n sh -c {shlex.quote(command)}"
+    return run(["ssh", "-F", str(keys.ssh_config()), *route, login, remote],
+               check=check, timeout=120)
 
 
 def _port_open(host: str, port: int) -> bool:

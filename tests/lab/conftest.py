@@ -30,6 +30,7 @@ class Lab:
         return next(s for s in self.specs if s.name == name)
 
     def sh(self, name: str, command: str, check: bool = True):
+        """As root on the node: the admin through the jump host, then sudo."""
         return nodes.ssh(self.spec(name), command, check=check)
 
 
@@ -41,6 +42,11 @@ def lab_nodes() -> Lab:
 
     lab.down(progress=lambda msg: None)  # always fresh nodes: check mode must see a new OS
     specs = lab.up(2, progress=lambda msg: print(f"[lab] {msg}"))
+    # The lab's own commands (testinfra's ansible-inventory, inventory copies) open its
+    # vault-encrypted group_vars with the lab's generated password, as a site would.
+    from rackready.lab.config import vault_password_file
+
+    os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(vault_password_file()))
     yield Lab(specs, LAB_INVENTORY / "hosts.yml")
     lab.down(progress=lambda msg: None)
 

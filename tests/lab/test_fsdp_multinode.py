@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rackready import bundle, inventory, ssh
-from rackready.node_session import ship_bundle
+from rackready.node_session import build_remote_command, ship_bundle
 from rackready.rundir import new_run_id
 from rackready.validate import NODE_BASE, NODE_VENV
 from validation.profile import load_profile
@@ -41,12 +41,15 @@ def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
     clients = [ssh.connect(n) for n in nodes]
     try:
         # the same verified bundle the suite runs from, in a run folder of its own
-        dirs = [ship_bundle(c, payload, remote_base=NODE_BASE, run_id=new_run_id("fsdp"))
-                for c in clients]
+        dirs = [ship_bundle(c, payload, remote_base=NODE_BASE, run_id=new_run_id("fsdp"),
+                            become=n.become) for c, n in zip(clients, nodes, strict=True)]
         endpoint = f"{nodes[0].address}:29400"
         with ThreadPoolExecutor(2) as pool:
-            runs = list(pool.map(lambda i: ssh.run(clients[i], _torchrun(i, endpoint, dirs[i]),
-                                                   timeout_s=360), range(2)))
+            # as root through sudo where the inventory says so, like the suite
+            jobs = [build_remote_command(_torchrun(i, endpoint, dirs[i]),
+                                         become=nodes[i].become) for i in range(2)]
+            runs = list(pool.map(lambda i: ssh.run(clients[i], jobs[i], timeout_s=360),
+                                 range(2)))
         for rc, _, err in runs:
             assert rc == 0, err[-2000:]
         _, text, _ = ssh.run(clients[0], f"cat {OUT}/fsdp_train.rank0.jsonl")

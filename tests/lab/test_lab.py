@@ -107,6 +107,8 @@ def test_lab_up_again_is_idempotent(lab_nodes):
 
 
 def test_lab_resources_are_all_accounted_for(lab_nodes):
-    assert set(network.lab_namespaces()) == {s.netns for s in lab_nodes.specs}
+    machines = [*lab_nodes.specs, config.jump_spec()]
+    assert set(network.lab_namespaces()) == {s.netns for s in machines}
+    assert {s.host_veth for s in machines} <= set(network.lab_links())
     assert config.BRIDGE in network.lab_links()
     assert len(nodes.lab_loop_devices()) == config.DATA_DRIVES * len(lab_nodes.specs)

@@ -24,4 +24,5 @@ def test_lab_down_leaves_no_namespace_link_loop_device_mount_or_process(lab_node
     live = [line for line in procs.splitlines()
             if "systemd-nspawn" in line and not line.startswith("Z")]
     assert live == [], live
-    assert not (config.STATE_DIR / "nodes").exists()
+    assert not (config.STATE_DIR / "nodes").exists()  # the jump host's copy too
+    assert not config.vault_password_file().exists()

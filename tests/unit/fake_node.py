@@ -12,10 +12,14 @@ Hostile touches a test can switch on:
     deny_writes = True                  SFTP writes answer "permission denied"
     denied.add(path)                    SFTP answers "permission denied" for that path
     corrupt_uploads = True              every uploaded byte string arrives altered
+
+As a jump host: forwarding = True accepts "direct-tcpip" channels (ssh -J, ProxyJump)
+and connects them to the destination; forwarded records every destination asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import stat
@@ -51,6 +55,9 @@ class FakeNode:
         self.procs: list[subprocess.Popen] = []
         self.allowed = [f"{self.root}/"]  # SFTP serves paths under these prefixes only
         self.transports: list[paramiko.Transport] = []
+        self.forwarding = False  # a jump host: direct-tcpip channels are connected onwards
+        self.forwarded: list[tuple[str, int]] = []
+        self._forwards: dict[int, tuple[str, int]] = {}  # channel id -> destination
         self._host_key = paramiko.ECDSAKey.generate()
         self._client_key = paramiko.ECDSAKey.generate()
         keys = root.parent / f"{root.name}-keys"
@@ -106,6 +113,20 @@ class FakeNode:
                 transport.start_server(server=_Server(self))
             except (OSError, EOFError, paramiko.SSHException):
                 transport.close()  # a client that went away during the handshake
+                continue
+            threading.Thread(target=self._channels, args=(transport,), daemon=True,
+                             name="fake-node-channels").start()
+
+    def _channels(self, transport: paramiko.Transport) -> None:
+        """Every channel opened lands in the accept queue; forwarded ones are bridged."""
+        while transport.is_active() and not self._closed:
+            channel = transport.accept(timeout=0.5)
+            if channel is None:
+                continue
+            dest = self._forwards.pop(channel.get_id(), None)
+            if dest is not None:
+                threading.Thread(target=_bridge, args=(channel, dest), daemon=True,
+                                 name="fake-node-forward").start()
 
     def run_exec(self, command: str, channel: paramiko.Channel) -> None:
         self.commands.append(command)
@@ -145,6 +166,36 @@ def finish(channel: paramiko.Channel, rc: int) -> None:
         pass
 
 
+def _bridge(channel: paramiko.Channel, dest: tuple[str, int]) -> None:
+    """A forwarded channel joined to a TCP connection, both ways, until either closes."""
+    try:
+        sock = socket.create_connection(dest, timeout=5)
+    except OSError:
+        channel.close()
+        return
+    sock.settimeout(None)
+
+    def onward() -> None:
+        try:
+            while data := channel.recv(1 << 15):
+                sock.sendall(data)
+        except (OSError, EOFError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+
+    threading.Thread(target=onward, daemon=True).start()
+    try:
+        while data := sock.recv(1 << 15):
+            channel.sendall(data)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass
+    finally:
+        channel.close()
+        sock.close()
+
+
 def _pump(pipe, send) -> None:
     """Copy a process pipe to the channel; like sshd, stop (and close it) once the
     channel is gone, so a writing process then gets EPIPE."""
@@ -176,6 +227,14 @@ class _Server(paramiko.ServerInterface):
         if kind == "session":
             return paramiko.OPEN_SUCCEEDED
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_direct_tcpip_request(self, chanid: int, origin, destination) -> int:
+        if not self.fake.forwarding:
+            return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+        dest = (str(destination[0]), int(destination[1]))
+        self.fake.forwarded.append(dest)
+        self.fake._forwards[chanid] = dest
+        return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         threading.Thread(target=self.fake.run_exec, args=(command.decode(), channel),
