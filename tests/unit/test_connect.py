@@ -18,7 +18,7 @@ from fake_node import FakeNode
 
 from rackready import inventory, ssh, validate
 from rackready.errors import UserError
-from rackready.inventory import Hop
+from rackready.inventory import Hop, provisioned
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
@@ -344,10 +344,12 @@ def test_validate_runs_the_suite_through_the_jump_host_with_sudo(tmp_path, monke
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "python").symlink_to(sys.executable)
-    monkeypatch.setattr(validate, "NODE_VENV", str(venv.parent))
     monkeypatch.setattr(validate, "NODE_BASE", str(tmp_path / "target" / "base"))
+    # the role variables the controller ships; the venv is this test's interpreter
+    roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
     n = dataclasses.replace(_via(jump, target), name="gpu01", profile="xe9680-h200-lab",
-                            sysroot=str(sim.sysroot), fabric="roce", become=True)
+                            sysroot=str(sim.sysroot), fabric="roce", become=True,
+                            provisioned=roles)
     monkeypatch.setattr(validate, "_find", lambda name, inv: n)
     try:
         validate.run_validation(node="gpu01", inventory="test", out=str(tmp_path / "run"),
