@@ -30,8 +30,9 @@ WHEEL_CACHE = config.CACHE_DIR / "wheels"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_LIST = PROJECT_ROOT / "roles" / "REQUIRED_DEBIAN_PACKAGES.txt"
 
-# Wheels for the node-side validation venv (lab nodes run Debian 12's Python 3.11).
-WHEELS = ("torch==2.13.0", "numpy", "pyyaml")
+# The node venv's requirements: the one list, which validation_tools installs and the
+# offline bundle downloads (lab nodes run Debian 12's Python 3.11).
+NODE_REQUIREMENTS = PROJECT_ROOT / "roles/validation_tools/files/node-requirements.txt"
 
 
 def url() -> str:
@@ -43,6 +44,12 @@ def required_debian_packages() -> list[str]:
         return []
     lines = (line.split("#")[0].strip() for line in REQUIRED_LIST.read_text().splitlines())
     return sorted({line for line in lines if line})
+
+
+def node_requirements(path: Path = NODE_REQUIREMENTS) -> list[str]:
+    """The requirement lines of a requirements file, comments and blanks dropped."""
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
 
 
 def fetch_debian_packages(base: Path, packages: list[str]) -> Path:
@@ -77,14 +84,15 @@ def fetch_debian_packages(base: Path, packages: list[str]) -> Path:
 def fetch_wheels() -> Path:
     WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
     stamp = WHEEL_CACHE / ".list"
-    wanted = "\n".join(WHEELS) + "\n"
+    wheels = node_requirements()
+    wanted = "\n".join(wheels) + "\n"
     if stamp.exists() and stamp.read_text() == wanted:
         return WHEEL_CACHE
     run(
         [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
          "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
          "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-         "--platform", "any", "--dest", str(WHEEL_CACHE), *WHEELS],
+         "--platform", "any", "--dest", str(WHEEL_CACHE), *wheels],
         timeout=1800,
     )
     stamp.write_text(wanted)
