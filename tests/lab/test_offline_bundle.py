@@ -3,20 +3,29 @@
 A lab node stands in for the connected staging host (the lab mirror is its
 upstream): playbooks/offline_bundle.yml downloads the packages and wheels and
 signs a flat repository. Another node then installs from the bundle alone,
-served over HTTP as a site mirror would, with apt verifying the signature.
+served over HTTP as a site mirror would, with apt verifying the signature, and
+builds the node venv from the bundle's wheelhouse alone and validates from it.
 """
 
 from __future__ import annotations
 
+import json
+import posixpath
+import re
 import shlex
 from pathlib import Path
 
 import pytest
 import yaml
 
+from rackready import bundle as bundle_mod
+from rackready import inventory, ssh, validate
 from rackready.lab import repo
 from rackready.lab.inventory import group_vars
+from rackready.node_session import build_remote_command, ship_bundle
 from rackready.provision import build_bundle
+from rackready.rundir import new_run_id
+from rackready.validate import NODE_BASE
 
 pytestmark = pytest.mark.lab
 
@@ -24,6 +33,7 @@ STAGING, CLIENT = "lab-gpu02", "lab-gpu01"
 BUNDLE = "/srv/rackready-bundle"
 PORT = 8474
 KEY_NAME = "rackready-bundle-test"
+VENV = "/var/tmp/bundle-venv"  # a node venv built from the bundle alone
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +110,69 @@ def test_a_bundle_signed_by_another_key_is_refused(provisioned_lab, bundle):
     assert "NO_PUBKEY" in out.stdout or "not signed" in out.stdout, out.stdout[-2000:]
 
 
-def test_the_wheelhouse_serves_the_validation_venv(provisioned_lab, bundle):
+def _wheel_prefix(requirement: str) -> str:
+    """torch==2.13.0 -> torch-2.13.0 (wheel file names: normalized name, then version)."""
+    name, version = requirement.split("==")
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}"
+
+
+def test_a_node_venv_built_from_the_bundle_alone_validates(provisioned_lab, bundle):
     lab = provisioned_lab
-    wheels = lab.sh(STAGING, f"ls {BUNDLE}/wheels").stdout.split()
-    assert any(w.startswith("torch-2.13.0") for w in wheels), wheels
+    # The bundle carries the one requirements file and a wheel for every line of it.
+    assert lab.sh(STAGING, f"cat {BUNDLE}/node-requirements.txt").stdout == \
+        repo.NODE_REQUIREMENTS.read_text()
+    wheels = [w.lower() for w in lab.sh(STAGING, f"ls {BUNDLE}/wheels").stdout.split()]
+    requirements = repo.node_requirements()
+    for req in requirements:
+        assert any(w.startswith(_wheel_prefix(req)) for w in wheels), (req, wheels)
     ip = lab.spec(STAGING).ip
-    out = lab.sh(CLIENT, "rm -rf /tmp/bundle-venv && python3 -m venv /tmp/bundle-venv && "
-                         f"/tmp/bundle-venv/bin/pip install -q --no-index --find-links "
-                         f"http://{ip}:{PORT}/wheels/ --trusted-host {ip} pyyaml && "
-                         "/tmp/bundle-venv/bin/python -c 'import yaml; print(yaml.__version__)'",
-                 check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
+    served = f"http://{ip}:{PORT}"
+    node = inventory.find(CLIENT, "lab")
+    payload = bundle_mod.build()
+    client = ssh.connect(node)
+    try:
+        # A fresh venv from the bundle alone (--no-index): the whole file, nothing else;
+        # as the inventory reaches the node (admin through the jump host, sudo).
+        build = (
+            f"rm -rf {VENV} {VENV}.txt && python3 -m venv {VENV} && "
+            f"python3 -c \"import urllib.request as u; u.urlretrieve("
+            f"'{served}/node-requirements.txt', '{VENV}.txt')\" && "
+            f"{VENV}/bin/pip install -q --no-index --find-links {served}/wheels/ "
+            f"--trusted-host {ip} -r {VENV}.txt && "
+            f"{VENV}/bin/python -c 'import torch, numpy, yaml, pynvml' && "
+            f"{VENV}/bin/pip freeze"
+        )
+        rc, out, err = ssh.run(client, build_remote_command(build, become=node.become),
+                               timeout_s=900)
+        assert rc == 0, (out + err)[-2000:]
+        frozen = {line.split("==")[0].lower(): line.split("==")[1]
+                  for line in out.splitlines() if "==" in line}
+        for req in requirements:
+            name, version = req.split("==")
+            # a local build (2.13.0+cpu, +cu130) satisfies the pin
+            assert frozen.get(name.lower(), "").split("+")[0] == version, (req, frozen)
+
+        # validate from that venv: the verified suite bundle, run as `invoke validate` runs it
+        bundle_dir = ship_bundle(client, payload, remote_base=NODE_BASE,
+                                 run_id=new_run_id("bundle-venv"), become=node.become)
+        rdir = posixpath.dirname(bundle_dir)  # the run folder; the bundle stays as verified
+        args = validate._suite_args(node, "quick", ["--only", "kernel.cmdline"])
+        suite = (
+            f"printf %s {shlex.quote(yaml.safe_dump(validate._site(node)))} > {rdir}/site.yml"
+            f" && cd {shlex.quote(bundle_dir)} && RACKREADY_BUNDLE_SHA256={payload[1]} "
+            f"timeout 300 {VENV}/bin/python {shlex.join(args)} --out {rdir}/out "
+            f"--site {rdir}/site.yml > {rdir}/suite.log 2>&1; echo rc=$?; "
+            f"cat {rdir}/suite.log >&2; cat {rdir}/out/result.json"
+        )
+        rc, out, err = ssh.run(client, build_remote_command(suite, become=node.become),
+                               timeout_s=360)
+    finally:
+        client.close()
+    assert rc == 0, err[-2000:]
+    status, _, text = out.partition("\n")
+    assert status == "rc=0", (out + err)[-2000:]
+    result = json.loads(text)
+    assert result["only"] == ["kernel.cmdline"]
+    assert result["bundle_sha256"] == payload[1]
+    assert [(c["check"], c["status"]) for c in result["checks"]] == [("kernel.cmdline", "ok")]
+    assert result["outcome"] == "PASS", [v for v in result["verdicts"] if v["outcome"] == "fail"]
