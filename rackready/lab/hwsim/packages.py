@@ -169,6 +169,10 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
             postinst=SHIM_POSTINST.format(pkg="doca-ofed")),
         Pkg("nvme-cli", "2.4+really2.3-3+hwsim1", "NVMe management tool", with_lib=True,
             tools={"/usr/sbin/nvme": "cli.nvme"}),
+        # Debian 12's perftest is in the lab mirror too (REQUIRED_DEBIAN_PACKAGES.txt); this
+        # version sorts above it, so apt installs the stand-in (real ib_write_bw needs a HCA)
+        Pkg("perftest", "4.5+0.17-1+hwsim1", "Infiniband verbs performance tests (ib_write_bw)",
+            with_lib=True, tools={"/usr/bin/ib_write_bw": "cli.ib_write_bw"}),
         Pkg("pciutils", "1:3.9.0-4+hwsim1", "PCI utilities (lspci, setpci)", with_lib=True,
             tools={"/usr/bin/lspci": "cli.lspci", "/usr/bin/setpci": "cli.setpci"}),
     ]
