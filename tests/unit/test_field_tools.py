@@ -174,3 +174,68 @@ def test_gpudirect_bw_downtrained_gpu_reports_less(tmp_path: Path) -> None:
     vs = {v["labels"]["gpu"]: v for v in _verdicts(result, "rdma.gpudirect_bw_gbps")}
     assert vs["0"]["outcome"] == "fail" and vs["0"]["value"] < 360, vs["0"]
     assert vs["1"]["outcome"] == "pass"
+
+
+# --- nccl-tests in the lab: hwsim's prebuilt stand-in --------------------------------------
+
+def _nccl_build(node: Any, tmp: Path) -> Path:
+    """<validation_tools_nccl_tests_dir>/build as hwsim's nccl-tests package lays it out."""
+    import sys
+
+    from validation.workloads.busbw import OPS
+
+    build = tmp / "nccl-tests" / "build"
+    build.mkdir(parents=True)
+    for op in OPS:
+        f = build / f"{op}_perf"
+        f.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rackready.lab.hwsim.cli.nccl_tests '
+                     f'{op} "$@"\n')
+        f.chmod(0o755)
+    return build
+
+
+def test_nccl_tests_package_installs_every_op_into_the_roles_default_dir() -> None:
+    import yaml
+
+    from rackready.lab.hwsim.packages import package_specs
+    from validation.workloads.busbw import OPS
+
+    (pkg,) = [p for p in package_specs() if p.name == "nccl-tests"]
+    default = yaml.safe_load(Path("roles/validation_tools/defaults/main.yml").read_text())
+    build = default["validation_tools_nccl_tests_dir"] + "/build"
+    assert sorted(pkg.tools) == sorted(f"{build}/{op}_perf" for op in OPS)
+    assert pkg.version.startswith(default["validation_tools_nccl_tests_version"] + "-")
+
+
+def _nccl_run(tmp: Path, state: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    st = state or build_state("xe9680-h200", "gpu01", "roce", provisioned=True)
+    node = make_node(tmp, "xe9680-h200", "gpu01", "roce", st)
+    build = _nccl_build(node, tmp)
+    compute = [n["bdf"] for n in st["nics"] if n["role"] == "compute"]
+    site = {**_site(node, compute), "validation_tools_nccl_tests_dir": str(build.parent)}
+    return run_suite(node, tmp / "out", "xe9680-h200-lab", site, "--level", "standard",
+                     "--only", "nccl_tests", timeout_s=120)
+
+
+def test_nccl_tests_check_through_hwsim_passes_with_measurements(tmp_path: Path) -> None:
+    proc, result = _nccl_run(tmp_path)
+    assert result, proc.stderr[-2000:]
+    status = {c["check"]: c["status"] for c in result["checks"]}
+    assert status == {"nccl_tests": "ok"}, result["checks"]
+    busbw = [v for v in _verdicts(result, "nccl.busbw") if v["labels"].get("impl") == "nccl-tests"]
+    from validation.workloads.busbw import OPS
+
+    assert {v["labels"]["op"] for v in busbw} == set(OPS)
+    assert {v["labels"]["ranks"] for v in busbw} == {"8"}
+    assert all(v["outcome"] == "pass" for v in busbw)
+    assert _verdicts(result, "nccl.correct") and proc.returncode == 0, proc.stderr[-2000:]
+    head = (tmp_path / "out/artifacts/nccl-tests-all_reduce.txt").read_text().splitlines()[:2]
+    assert "nccl-tests version 2.19.6" in head[0] and "SIMULATED" in head[1]
+
+
+def test_nccl_tests_nvlink_down_halves_busbw_and_fails(tmp_path: Path) -> None:
+    st = apply_fault(build_state("xe9680-h200", "gpu01", "roce", provisioned=True),
+                     "nvlink-down", "0")
+    proc, result = _nccl_run(tmp_path, st)
+    bad = [v for v in _verdicts(result, "nccl.busbw") if v["outcome"] == "fail"]
+    assert bad and proc.returncode == 1 and result["outcome"] == "FAIL"
