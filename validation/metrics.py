@@ -93,6 +93,11 @@ _CORE: list[Metric] = [
     _m("roce.pfc_priority_enabled", "", "PFC on the RoCE priority", "equal"),
     _m("roce.pfc_other_priorities", "", "PFC enabled on other priorities", "lower"),
     _m("kernel.module_loaded", "", "kernel module loaded (labelled module=...)", "equal"),
+    # field tools
+    _m("dcgm.diag_result", "", "DCGM diagnostic plugin result on a GPU (Pass/Fail/Skip/Warn)",
+       "equal"),
+    _m("rdma.gpudirect_bw_gbps", "Gb/s",
+       "GPUDirect RDMA write bandwidth through a ConnectX port (perftest ib_write_bw)", "higher"),
     # storage
     _m("nvme.count", "", "NVMe data drives", "equal"),
     _m("nvme.model", "", "NVMe drive model", "equal", judged=False),

@@ -78,8 +78,10 @@ def group_vars() -> dict:
         "validation_tools_wheelhouse_url": f"{repo.url()}/wheels/",
         # The lab kernel has no md: /raid cannot be assembled (nvme_raid plans and
         # stops before mdadm), so the RAID checks are reported not applicable there.
-        # Its nvcc is a stand-in that cannot compile, so nccl-tests is never built.
-        "rackready_validation_without": ["raid", "nccl-tests"],
+        # Its nvcc is a stand-in that cannot compile: nccl-tests comes prebuilt, as hwsim's
+        # nccl-tests package (the validation_tools role installs it instead of building).
+        "rackready_validation_without": ["raid"],
+        "validation_tools_nccl_tests_package": "nccl-tests",
         # The lab has no GPUs: workloads run on CPU (gloo, tiny sizes).
         "rackready_validation_site": {
             # lab and CI hosts forbid NVLink multicast, whatever the profile says

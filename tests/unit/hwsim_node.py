@@ -34,6 +34,7 @@ TOOLS = {
     "mlnx_qos": "mlnx_qos",
     "nvme": "nvme",
     "lspci": "lspci",
+    "ib_write_bw": "ib_write_bw",
 }
 
 # Stands in for the lab's real systemd (lab nodes are systemd-nspawn machines

@@ -88,6 +88,8 @@ _CHECK_MODULES = (
     "validation.checks.network",
     "validation.checks.storage",
     "validation.checks.kernel",
+    "validation.checks.dcgm",
+    "validation.checks.rdma_perf",
     "validation.checks.health_delta",  # last: reads the end-of-run counters
 )
 

@@ -22,6 +22,8 @@ NCCL = "2.28.9-1+cuda13.0"
 CUDA = "13.0.2-1"
 DKMS = "3.0.10-8+hwsim1"
 MOKUTIL = "0.6.0-2+hwsim1"
+NCCL_TESTS = "2.19.6-1+hwsim1"  # the release validation_tools_nccl_tests_version pins
+NCCL_TESTS_DIR = "/opt/rackready/nccl-tests"  # validation_tools_nccl_tests_dir's default
 MAINTAINER = "rackready lab <lab@rackready.invalid>"
 
 
@@ -169,6 +171,17 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
             postinst=SHIM_POSTINST.format(pkg="doca-ofed")),
         Pkg("nvme-cli", "2.4+really2.3-3+hwsim1", "NVMe management tool", with_lib=True,
             tools={"/usr/sbin/nvme": "cli.nvme"}),
+        # Debian 12's perftest is in the lab mirror too (REQUIRED_DEBIAN_PACKAGES.txt); this
+        # version sorts above it, so apt installs the stand-in (real ib_write_bw needs a HCA)
+        Pkg("perftest", "4.5+0.17-1+hwsim1", "Infiniband verbs performance tests (ib_write_bw)",
+            with_lib=True, tools={"/usr/bin/ib_write_bw": "cli.ib_write_bw"}),
+        # nccl-tests prebuilt into the validation_tools role's default dir (the lab's nvcc
+        # cannot compile it); the role installs it by validation_tools_nccl_tests_package
+        Pkg("nccl-tests", NCCL_TESTS, "NCCL tests (<op>_perf), prebuilt", with_lib=True,
+            depends=[f"libnccl2 (= {NCCL})"],
+            tools={f"{NCCL_TESTS_DIR}/build/{op}_perf": f"cli.nccl_tests:{op}"
+                   for op in ("all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                              "broadcast", "sendrecv")}),
         Pkg("pciutils", "1:3.9.0-4+hwsim1", "PCI utilities (lspci, setpci)", with_lib=True,
             tools={"/usr/bin/lspci": "cli.lspci", "/usr/bin/setpci": "cli.setpci"}),
     ]

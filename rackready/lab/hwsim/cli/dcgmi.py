@@ -1,4 +1,4 @@
-"""dcgmi stand-in (datacenter-gpu-manager-4): discovery -l, diag -r 1|2|3, health -c.
+"""dcgmi stand-in (datacenter-gpu-manager-4): discovery -l, diag -r 1|2|3 [-j], health -c.
 
 Results follow the state: each fault fails the test that would catch it on
 real hardware (e.g. ECC -> memory, PCIe downtrain -> pcie).
@@ -6,12 +6,13 @@ real hardware (e.g. ECC -> memory, PCIe downtrain -> pcie).
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
 from .common import ToolError, load_state, run, smi_bus_id, visible_gpus
 
-USAGE = "Usage: dcgmi <discovery -l | diag -r 1|2|3 | health -c>"
+USAGE = "Usage: dcgmi <discovery -l | diag -r 1|2|3 [-j] | health -c>"
 NO_HOSTENGINE = ("Error: unable to establish a connection to the specified host: localhost\n"
                  "Error: Unable to connect to host engine. Host engine connection "
                  "invalid/disconnected.")
@@ -51,12 +52,53 @@ def findings(state: dict[str, Any], level: int) -> dict[str, list[tuple[int, str
     return f
 
 
+def _tests(level: int) -> dict[str, list[str]]:
+    """category -> plugins the level runs (DCGM 4 names: software, memory, pcie, ...)."""
+    return {"Deployment": ["software"], "Hardware": ["memory"] if level >= 2 else [],
+            "Integration": ["pcie"] if level >= 2 else [],
+            "Stress": ["targeted_stress", "targeted_power", "memory_bandwidth"]
+            if level >= 3 else []}
+
+
+def diag_json(state: dict[str, Any], level: int) -> str:
+    """`dcgmi diag -r N -j` in DCGM 4's shape (nvvs/include/NvvsJsonStrings.h keys):
+    "DCGM Diagnostic" -> test_categories[] -> tests[] -> results[] per entity, each with
+    entity_group/entity_group_id/entity_id/status and, when it failed, warnings[]."""
+    gpus = visible_gpus(state)
+    f = findings(state, level)
+    cats = []
+    for section, names in _tests(level).items():
+        if not names:
+            continue
+        tests = []
+        for name in names:
+            issues = f.get(name, [])
+            results = []
+            for i, _g in enumerate(gpus):
+                mine = [msg for j, msg in issues if j in (i, -1)]
+                r: dict[str, Any] = {"entity_group": "GPU", "entity_group_id": 1,
+                                     "entity_id": i, "status": "Fail" if mine else "Pass"}
+                if mine:
+                    r["warnings"] = [{"error_category": 2, "error_id": 0, "error_severity": 2,
+                                      "warning": msg} for msg in mine]
+                results.append(r)
+            overall = "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
+            tests.append({"name": name, "results": results, "test_summary": {"status": overall}})
+        cats.append({"category": section, "tests": tests})
+    doc = {
+        "DCGM Diagnostic": {"test_categories": cats},
+        "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [
+            {"entity_id": i, "serial_num": g.get("serial", ""), "device_id": g["device_id"]}
+            for i, g in enumerate(gpus)]}],
+        "metadata": {"DCGM Version": DCGM_VERSION,
+                     "Driver Version Detected": state["driver"]["version"]},
+    }
+    return json.dumps(doc, indent=4) + "\n"
+
+
 def diag(state: dict[str, Any], level: int) -> str:
     gpus = visible_gpus(state)
-    tests = {"Deployment": ["software"], "Hardware": ["memory"] if level >= 2 else [],
-             "Integration": ["pcie"] if level >= 2 else [],
-             "Stress": ["targeted_stress", "targeted_power", "memory_bandwidth"]
-             if level >= 3 else []}
+    tests = _tests(level)
     f = findings(state, level)
     out = ["Successfully ran diagnostic for group.", _rule(),
            "| Diagnostic                | Result                                         |",
@@ -117,7 +159,8 @@ def main(argv: list[str]) -> int:
     state = load_state()
     if argv[:1] == ["discovery"] and argv[1:] == ["-l"]:
         command = "discovery"
-    elif argv[:2] == ["diag", "-r"] and len(argv) == 3 and argv[2] in ("1", "2", "3"):
+    elif (argv[:2] == ["diag", "-r"] and len(argv) in (3, 4) and argv[2] in ("1", "2", "3")
+          and argv[3:] in ([], ["-j"])):
         command = "diag"
     elif argv == ["health", "-c"]:
         command = "health"
@@ -132,6 +175,10 @@ def main(argv: list[str]) -> int:
         text = health(state)
         sys.stdout.write(text)
         return 0
+    if argv[3:] == ["-j"]:
+        text = diag_json(state, int(argv[2]))
+        sys.stdout.write(text)
+        return 226 if '"Fail"' in text else 0
     text = diag(state, int(argv[2]))
     sys.stdout.write(text)
     return 226 if "Fail" in text else 0

@@ -1,0 +1,71 @@
+"""GPUDirect RDMA bandwidth per compute ConnectX rail (perftest ib_write_bw --use_cuda).
+
+How it runs on one node: for each rail, an ib_write_bw server on that device (GPU buffer
+on the rail's GPU) and a client on the same host connecting to it over localhost. The
+data path is GPU memory -> PCIe -> ConnectX -> ConnectX loopback -> PCIe -> GPU memory,
+so it proves GPUDirect (nvidia_peermem), the NIC's PCIe link and the GPU-NIC placement;
+the cable and switch are proved by network.ports (rate, state) and the fabric's own test.
+The rail's GPU: rail i of n takes GPU i*gpus//n (HGX: one NIC per GPU in bus order), or the
+site's `rdma_gpudirect: {gpu: {mlx5_0: 0, ...}}`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+from validation.checks.common import m, smi
+from validation.checks.network import ibstat
+from validation.checks.registry import CheckSkipped, CommandFailed, Context, check
+from validation.model import Measurement
+from validation.probes.perftest import parse_bw
+
+BASE_PORT = 18515  # perftest's default port; one per rail so no two runs collide
+SIZE = 8 << 20  # 8 MiB messages: bandwidth-bound, past the latency knee
+DURATION_S = {"standard": 5, "burnin": 30}
+
+
+def _cmd(ca: str, gpu: int, port: int, duration: int, roce: bool) -> list[str]:
+    cmd = ["ib_write_bw", "-d", ca, "-i", "1", f"--use_cuda={gpu}", "--report_gbits", "-F",
+           "-s", str(SIZE), "-D", str(duration), "-p", str(port)]
+    return cmd + (["-x", "3"] if roce else [])  # RoCEv2 GID index (rdma_network role)
+
+
+@check("rdma.gpudirect_bw", needs=("gpu", "rdma"), levels=("standard", "burnin"),
+       timeout_s=1800, title="GPUDirect RDMA write bandwidth per compute ConnectX rail "
+                             "(perftest ib_write_bw --use_cuda, loopback on the node)")
+def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:
+    cas = ibstat(ctx)
+    ngpu = len(smi(ctx).gpus)
+    chosen = dict((ctx.site.get("rdma_gpudirect") or {}).get("gpu") or {})
+    duration = int((ctx.site.get("rdma_gpudirect") or {}).get("duration_s",
+                                                               DURATION_S.get(ctx.level, 5)))
+    for i, ca in enumerate(cas):
+        gpu = int(chosen.get(ca.name, i * ngpu // len(cas)))
+        roce = any(p.link_layer == "Ethernet" for p in ca.ports)
+        cmd = _cmd(ca.name, gpu, BASE_PORT + i, duration, roce)
+        name = f"ib_write_bw-{ca.name}.txt"
+        try:
+            server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True)
+        except FileNotFoundError:
+            raise CheckSkipped("ib_write_bw not found on this node (perftest)") from None
+        try:
+            time.sleep(0.5)  # the server listens before the client connects
+            try:
+                text = ctx.run(cmd + ["localhost"], timeout_s=duration + 60, artifact=name)
+            except CommandFailed as e:
+                yield m("rdma.gpudirect_bw_gbps", 0.0,
+                        {"device": ca.name, "gpu": str(gpu), "error": str(e)[:200]})
+                continue
+        finally:
+            try:
+                server.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.communicate()
+        best = max(parse_bw(text), key=lambda r: r.avg_gbps)
+        yield m("rdma.gpudirect_bw_gbps", best.avg_gbps,
+                {"device": ca.name, "gpu": str(gpu), "size_bytes": str(best.size_bytes)},
+                f"artifacts/{name}")
