@@ -123,3 +123,19 @@ def test_a_narrowed_run_is_partial_in_every_format(provisioned_lab, tmp_path):
                                                                        "gpu.inventory"]
     assert "PARTIAL" in (run_dir / "report" / "node-lab-gpu01.html").read_text()
     assert 'type="partial"' in (run_dir / "report" / "junit.xml").read_text()
+
+
+def test_field_tools_results_reach_the_node_report(provisioned_lab, tmp_path):
+    """nccl-tests, `dcgmi diag` and perftest's GPUDirect bandwidth, run by the suite on a
+    provisioned lab node (hwsim stand-ins, real parsers), judged and reported."""
+    run_dir = tmp_path / "field"
+    run_validation(node="lab-gpu01", inventory="lab", level="standard", out=str(run_dir),
+                   formats="json", only="nccl_tests,dcgm.diag,rdma.gpudirect_bw")
+    judged = json.loads((run_dir / "lab-gpu01" / "judgement.json").read_text())
+    assert judged["outcome"] == "PARTIAL", judged["outcome_reason"]  # narrowed, all passed
+    passed = {v["metric"] for v in judged["verdicts"] if v["outcome"] == "pass"}
+    assert {"dcgm.diag_result", "rdma.gpudirect_bw_gbps", "nccl_tests.version"} <= passed
+    report = json.loads((run_dir / "report" / "node-lab-gpu01.json").read_text())
+    measured = {m["name"] for m in report["measurements"]}
+    assert {"dcgm.diag_result", "rdma.gpudirect_bw_gbps"} <= measured
+    assert any(m["check"] == "nccl_tests" for m in report["measurements"])
