@@ -10,8 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rackready.errors import EnvironmentProblem
-from rackready.lab.shell import missing_host_packages, run
+from rackready.lab.shell import apt_install, missing_host_packages
 
 # the report stylesheet's first font; without any font Chromium prints empty boxes
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
@@ -36,15 +35,7 @@ def missing_controller_packages() -> list[str]:
 def ensure_controller_packages() -> list[str]:
     """apt-get install what the lab, the PDF and the browser test need; returns what was
     installed. Raises EnvironmentProblem (one line) when it cannot."""
-    missing = missing_controller_packages()
-    if not missing:
-        return []
-    if shutil.which("apt-get") is None:
-        raise EnvironmentProblem(f"install these Debian packages first: {' '.join(missing)}")
-    env = {"DEBIAN_FRONTEND": "noninteractive"}
-    run(["apt-get", "update", "-qq"], env=env, timeout=900)
-    run(["apt-get", "install", "-y", "-qq", *missing], env=env, timeout=1800)
-    return missing
+    return apt_install(missing_controller_packages())
 
 
 # What only the test suite needs (the tools a test runs for real, so that no test skips
@@ -54,12 +45,7 @@ TEST_TOOLS = {"pvcreate": "lvm2", "mkfs.xfs": "xfsprogs", "pdfinfo": "poppler-ut
 
 
 def ensure_test_packages() -> list[str]:
-    """The controller's packages plus the test suite's own tools (`invoke test`)."""
-    installed = ensure_controller_packages()
-    missing = sorted({pkg for tool, pkg in TEST_TOOLS.items() if shutil.which(tool) is None})
-    if missing:
-        env = {"DEBIAN_FRONTEND": "noninteractive"}
-        if not installed:
-            run(["apt-get", "update", "-qq"], env=env, timeout=900)
-        run(["apt-get", "install", "-y", "-qq", *missing], env=env, timeout=1800)
-    return installed + missing
+    """The controller's packages plus the test suite's own tools (`invoke test`), in one
+    apt-get transaction."""
+    tools = {pkg for tool, pkg in TEST_TOOLS.items() if shutil.which(tool) is None}
+    return apt_install(sorted(set(missing_controller_packages()) | tools))

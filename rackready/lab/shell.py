@@ -65,14 +65,19 @@ def missing_host_packages() -> list[str]:
     return sorted({pkg for tool, pkg in HOST_PACKAGES.items() if shutil.which(tool) is None})
 
 
-def ensure_host_packages() -> list[str]:
-    """apt-get install what the lab needs on the controller; returns what was installed."""
-    missing = missing_host_packages()
-    if not missing:
+def apt_install(packages: list[str]) -> list[str]:
+    """The controller's one way to install Debian packages; returns what it installed.
+    Raises EnvironmentProblem (one line) where there is no apt-get."""
+    if not packages:
         return []
     if shutil.which("apt-get") is None:
-        raise EnvironmentProblem(f"install these packages first: {' '.join(missing)}")
+        raise EnvironmentProblem(f"install these Debian packages first: {' '.join(packages)}")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     run(["apt-get", "update", "-qq"], env=env, timeout=900)
-    run(["apt-get", "install", "-y", "-qq", *missing], env=env, timeout=1800)
-    return missing
+    run(["apt-get", "install", "-y", "-qq", *packages], env=env, timeout=1800)
+    return list(packages)
+
+
+def ensure_host_packages() -> list[str]:
+    """apt-get install what the lab needs on the controller; returns what was installed."""
+    return apt_install(missing_host_packages())
