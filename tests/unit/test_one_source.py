@@ -111,3 +111,22 @@ def test_gpu_modes_follow_the_driver_role(rack: Path):
     assert [t.value for t in prof.thresholds_for("gpu.persistence_mode")] == ["Disabled"]
     assert [t.value for t in prof.thresholds_for("gpu.ecc_mode")] == ["Enabled"]
     assert "nvidia_driver_mig_enabled" in prof.thresholds_for("gpu.mig_mode")[0].provenance
+
+
+def test_the_roce_gid_index_moves_the_role_and_ib_write_bw_together(rack: Path):
+    from validation.checks.rdma_perf import _cmd, gid_index
+
+    before = site_of(rack, "gpu02")
+    assert gid_index(before) == ansible_effective(rack, "gpu02")["rdma_network_roce_gid_index"]
+    set_group_var(rack, "xe9680", rdma_network_roce_gid_index=5)
+    site = site_of(rack, "gpu02")
+    assert site["rdma_network_roce_gid_index"] == \
+        ansible_effective(rack, "gpu02")["rdma_network_roce_gid_index"] == 5 \
+        != before["rdma_network_roce_gid_index"]
+    cmd = _cmd("mlx5_0", 0, 18515, 5, gid_index(site))
+    assert cmd[cmd.index("-x") + 1] == "5"
+    assert "-x" not in _cmd("mlx5_0", 0, 18515, 5, None)  # InfiniBand needs no GID
+    # a site file without it is the controller's bug, said as such (no silent default)
+    with pytest.raises(RuntimeError, match="rdma_network_roce_gid_index"):
+        gid_index({k: v for k, v in site.items() if k != "rdma_network_roce_gid_index"})
+    assert site_of(rack, "gpu06")["rdma_network_roce_gid_index"] == 3

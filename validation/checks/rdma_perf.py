@@ -26,10 +26,19 @@ SIZE = 8 << 20  # 8 MiB messages: bandwidth-bound, past the latency knee
 DURATION_S = {"standard": 5, "burnin": 30}
 
 
-def _cmd(ca: str, gpu: int, port: int, duration: int, roce: bool) -> list[str]:
+def gid_index(site: dict) -> int:
+    """RoCE's GID index, as the rdma_network role's variable says (one source)."""
+    if "rdma_network_roce_gid_index" not in site:
+        raise RuntimeError("site file lacks rdma_network_roce_gid_index (the controller "
+                           "derives it from the inventory)")
+    return int(site["rdma_network_roce_gid_index"])
+
+
+def _cmd(ca: str, gpu: int, port: int, duration: int, gid: int | None) -> list[str]:
+    """gid: the RoCE GID index; None on InfiniBand (no GID needed)."""
     cmd = ["ib_write_bw", "-d", ca, "-i", "1", f"--use_cuda={gpu}", "--report_gbits", "-F",
            "-s", str(SIZE), "-D", str(duration), "-p", str(port)]
-    return cmd + (["-x", "3"] if roce else [])  # RoCEv2 GID index (rdma_network role)
+    return cmd + (["-x", str(gid)] if gid is not None else [])
 
 
 @check("rdma.gpudirect_bw", needs=("gpu", "rdma"), levels=("standard", "burnin"),
@@ -44,7 +53,7 @@ def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:
     for i, ca in enumerate(cas):
         gpu = int(chosen.get(ca.name, i * ngpu // len(cas)))
         roce = any(p.link_layer == "Ethernet" for p in ca.ports)
-        cmd = _cmd(ca.name, gpu, BASE_PORT + i, duration, roce)
+        cmd = _cmd(ca.name, gpu, BASE_PORT + i, duration, gid_index(ctx.site) if roce else None)
         name = f"ib_write_bw-{ca.name}.txt"
         try:
             server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
