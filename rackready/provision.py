@@ -129,11 +129,15 @@ def build_bundle(
 ) -> RunResult:
     """playbooks/offline_bundle.yml on the inventory's `staging` hosts."""
     from rackready.inventory import hosts_in_group
+    from rackready.offline_manifest import for_staging
 
-    if not hosts_in_group(str(inventory), "staging"):
+    staging = hosts_in_group(str(inventory), "staging")
+    if not staging:
         raise UserError(f"inventory '{inventory}' has no host in group 'staging' "
                         "(the connected host that builds the bundle)")
-    extravars = {
+    # The packages and sources the node roles' variables name (one source of versions).
+    extravars = for_staging(inventory, [h for h in staging if h == limit] or staging).extravars()
+    extravars |= {
         name: value
         for name, value in (("offline_bundle_gpg_key_id", key_id),
                             ("offline_bundle_dir", bundle_dir),

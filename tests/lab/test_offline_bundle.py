@@ -23,6 +23,7 @@ from rackready import inventory, ssh, validate
 from rackready.lab import repo
 from rackready.lab.inventory import group_vars
 from rackready.node_session import build_remote_command, ship_bundle
+from rackready.offline_manifest import manifest
 from rackready.provision import build_bundle
 from rackready.rundir import new_run_id
 from rackready.validate import NODE_BASE
@@ -57,12 +58,12 @@ def bundle(provisioned_lab, tmp_path_factory):
     # Serve it as the site mirror would; stopped when the module is done.
     lab.sh(STAGING, f"systemd-run --unit rr-bundle-http python3 -m http.server {PORT} "
                     f"--directory {BUNDLE} >/dev/null")
-    yield first, second
+    yield first, second, inv
     lab.sh(STAGING, "systemctl stop rr-bundle-http", check=False)
 
 
 def test_bundle_builds_and_a_rebuild_changes_nothing(bundle):
-    first, second = bundle
+    first, second, _ = bundle
     assert first.rc == 0, first.failures
     assert second.rc == 0, second.failures
     assert second.changed() == {STAGING: 0}
@@ -91,13 +92,33 @@ def test_a_bare_node_installs_everything_from_the_bundle_alone(provisioned_lab, 
     key = "/tmp/bundle-key.asc"
     lab.sh(CLIENT, f"python3 -c \"import urllib.request as u; u.urlretrieve("
                    f"'http://{lab.spec(STAGING).ip}:{PORT}/bundle-key.asc', '{key}')\"")
-    defaults = Path(__file__).resolve().parents[2] / "roles/offline_bundle/defaults/main.yml"
-    packages = yaml.safe_load(defaults.read_text())["offline_bundle_packages"]
+    # what `invoke bundle` derived from the node roles' variables for the staging host
+    packages = manifest(bundle[2], STAGING).packages
     out = _apt_from_bundle(lab, key, "install --download-only -y --no-install-recommends "
                                      + " ".join(shlex.quote(p) for p in packages))
     assert out.returncode == 0, out.stdout[-2000:]
     assert "Download complete" in out.stdout
     assert "NO_PUBKEY" not in out.stdout and "not signed" not in out.stdout
+
+
+def test_nccl_tests_comes_from_the_bundle_at_the_pinned_release(provisioned_lab, bundle):
+    # The lab installs nccl-tests as the prebuilt package (validation_tools_nccl_tests_package):
+    # the bundle carries it at validation_tools_nccl_tests_version, and a bare node gets it
+    # from the bundle alone.
+    lab = provisioned_lab
+    defaults = Path(__file__).resolve().parents[2] / "roles/validation_tools/defaults/main.yml"
+    version = yaml.safe_load(defaults.read_text())["validation_tools_nccl_tests_version"]
+    assert f"nccl-tests={version}-*" in manifest(bundle[2], STAGING).packages
+    debs = lab.sh(STAGING, f"ls {BUNDLE}/debs").stdout.split()
+    assert [d for d in debs if d.startswith(f"nccl-tests_{version}-")], debs
+    key = "/tmp/bundle-key-nccl-tests.asc"
+    lab.sh(CLIENT, f"python3 -c \"import urllib.request as u; u.urlretrieve("
+                   f"'http://{lab.spec(STAGING).ip}:{PORT}/bundle-key.asc', '{key}')\"")
+    out = _apt_from_bundle(lab, key, "install --download-only -y --no-install-recommends "
+                                     f"'nccl-tests={version}-*'")
+    assert out.returncode == 0, out.stdout[-2000:]
+    # apt's "Get:1 http://.../debs ./ nccl-tests 2.19.6-1+hwsim1 [...]": from the bundle
+    assert f" nccl-tests {version}-" in out.stdout, out.stdout[-2000:]
 
 
 def test_a_bundle_signed_by_another_key_is_refused(provisioned_lab, bundle):
