@@ -19,6 +19,7 @@ import yaml
 
 from rackready.lab import config, keys, repo
 from rackready.lab.config import NodeSpec
+from rackready.lab.redfish import bmc as lab_bmc
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = PROJECT_ROOT / "inventories" / "lab"
@@ -43,6 +44,8 @@ def host_vars(spec: NodeSpec, drives: list[str]) -> dict:
         "rackready_fabric": spec.fabric,
         "nvme_raid_devices": drives,
         "rdma_network_mlx_devices": [n["bdf"] for n in compute],
+        # the node's lab BMC (rackready/lab/redfish/bmc.py): https://<address>/redfish/v1
+        "rackready_bmc_address": lab_bmc.address(spec),
     }
     if spec.fabric == "roce":
         hv["rdma_network_roce_interfaces"] = [n["netdev"] for n in compute]
@@ -62,7 +65,10 @@ def group_vars() -> dict:
             f"-o StrictHostKeyChecking=yes "
             f"-o ProxyJump={config.ADMIN_USER}@{config.jump_spec().ip}"
         ),
+        "rackready_bmc_user": lab_bmc.credentials()["user"],
         "rackready_bmc_password": "{{ vault_rackready_bmc_password }}",
+        # the lab BMCs' certificates are signed by the lab CA, the only one trusted
+        "rackready_bmc_ca_file": str(lab_bmc.ca_file()),
         "rackready_lab": True,
         "rackready_sysroot": "/var/lib/hwsim/root",
         "package_sources_repositories": [
@@ -119,7 +125,7 @@ def write(specs: list[NodeSpec], drives: dict[str, list[str]]) -> Path:
 
 def write_vault(path: Path) -> None:
     """group_vars/all/vault.yml, encrypted with the lab's vault password (made once per
-    lab): the BMC password stand-in, a secret the roles never print."""
+    lab): the lab BMCs' password (bmc.credentials()), a secret the roles never print."""
     import secrets
 
     from ansible.parsing.vault import VaultLib, VaultSecret
@@ -131,7 +137,7 @@ def write_vault(path: Path) -> None:
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(24) + "\n")
     password = pw_file.read_text().strip().encode()
-    plain = yaml.safe_dump({"vault_rackready_bmc_password": secrets.token_urlsafe(18)})
+    plain = yaml.safe_dump({"vault_rackready_bmc_password": lab_bmc.credentials()["password"]})
     vault = VaultLib([("default", VaultSecret(password))])
     path.write_bytes(vault.encrypt(plain.encode()))
     path.chmod(0o600)

@@ -11,6 +11,7 @@ from rackready.errors import EnvironmentProblem, UserError
 from rackready.lab import config, keys, network, nodes, repo, rootfs
 from rackready.lab import inventory as lab_inventory
 from rackready.lab.config import NodeSpec
+from rackready.lab.redfish import bmc as lab_bmc
 from rackready.lab.shell import ensure_host_packages, require_root
 
 
@@ -81,6 +82,7 @@ def up(count: int = 2, profile: str | None = None, progress=print,
         raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
     if existing and len(existing) == len(specs) and all(nodes.pid_of(s) for s in specs) \
             and repo.serving_pid() and nodes.pid_of(config.jump_spec()):
+        lab_bmc.start_all(specs)  # the nodes' BMCs (issue 17): idempotent
         return specs  # already up: the nodes' apt indexes stay valid (no rebuild)
     installed = ensure_host_packages()
     if installed:
@@ -128,6 +130,8 @@ def up(count: int = 2, profile: str | None = None, progress=print,
     for spec in booted:
         nodes.wait_for_ssh(spec)
         progress(f"{spec.name}: up, SSH host key verified")
+    # One Redfish BMC per node, on the controller (rackready/lab/redfish/bmc.py).
+    lab_bmc.start_all(specs)
     lab_inventory.write(specs, drives)
     return specs
 
@@ -167,6 +171,7 @@ def down(progress=print) -> None:
     for ns in network.lab_namespaces():
         network.remove_node_network(_spec_for_netns(ns))
     repo.stop_serving()
+    lab_bmc.stop_all()
     network.remove_bridge()
     import shutil
 
@@ -181,13 +186,16 @@ def _spec_for_netns(ns: str) -> NodeSpec:
     return NodeSpec(name, 0, "", "")
 
 
-def reboot(name: str) -> None:
+def reboot(name: str, bmc: bool = True) -> None:
     """Power-cycle a node (what a site does after provisioning flags a reboot): the
     simulated kernel then boots with the GRUB arguments the roles wrote, drivers load
-    from modules-load.d and the boot-time units (RoCE QoS) run again."""
+    from modules-load.d and the boot-time units (RoCE QoS) run again. bmc=False when
+    the BMC itself asked (ComputerSystem.Reset): it has applied its BIOS settings."""
     require_root()
     spec = find(name)
     nodes.stop(spec)
+    if bmc:
+        lab_bmc.power_cycle(spec)  # pending BIOS settings take effect at POST
     nodes.boot(spec, _drives().get(spec.name, []))
     nodes.wait_for_ssh(spec)
     # systemd reached multi-user: the boot-time units have run
@@ -221,9 +229,8 @@ def _state_path(spec: NodeSpec) -> Path:
 
 def _faults(spec: NodeSpec) -> list[str]:
     path = _state_path(spec)
-    if not path.exists():
-        return []
-    return [f["kind"] for f in json.loads(path.read_text()).get("faults", [])]
+    hw = json.loads(path.read_text()).get("faults", []) if path.exists() else []
+    return [f["kind"] for f in hw] + lab_bmc.faults(spec)
 
 
 def fault(name: str, kind: str, target: str | None = None) -> str:
@@ -232,8 +239,11 @@ def fault(name: str, kind: str, target: str | None = None) -> str:
     from rackready.lab.hwsim.sysroot import locked_node_state
 
     spec = find(name)
+    if kind in lab_bmc.FAULT_KINDS:  # faults the node's BMC shows (Redfish)
+        return lab_bmc.fault(spec, kind, target)
     if kind not in FAULT_KINDS:
-        raise UserError(f"unknown fault '{kind}' (kinds: {', '.join(FAULT_KINDS)})")
+        kinds = ", ".join((*FAULT_KINDS, *lab_bmc.FAULT_KINDS))
+        raise UserError(f"unknown fault '{kind}' (kinds: {kinds})")
     # The node's current state: its tools may have changed it (modules, mlxconfig).
     with locked_node_state(spec.root) as state:
         try:
@@ -258,6 +268,7 @@ def heal(name: str) -> None:
     from rackready.lab.hwsim.sysroot import locked_node_state
 
     spec = find(name)
+    lab_bmc.heal(spec)
     with locked_node_state(spec.root) as state:
         healed = heal_state(state)
         state.clear()

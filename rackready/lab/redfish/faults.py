@@ -1,0 +1,175 @@
+"""Faults a lab BMC can show: pure functions from a BMC state to a faulted copy.
+
+Like hwsim's faults, each record names the part it hits (PSU slot and serial,
+fan name, log entry, BIOS attribute, BMC address) so a test can check that the
+controller's verdict names the same part. heal() brings the hardware back and
+keeps what the node's operators changed since (BIOS settings, jobs, logs that
+were not the fault's).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from .resources import add_log
+from .tree import paths_of, vendor_data
+
+FaultFn = Callable[[dict[str, Any], str | None], dict[str, Any]]
+
+# The attribute bios-drift changes when no target is given: the C-state switch, which a
+# GPU server's profile turns off and which a firmware update or a person may turn back on.
+DRIFT_DEFAULT = {"Dell": "ProcCStates", "HPE": "MinProcIdlePower"}
+
+
+class FaultError(ValueError):
+    """Unknown fault kind or target; the message is one line."""
+
+
+def _vendor(state: dict[str, Any]) -> dict[str, Any]:
+    return vendor_data(state["vendor"])
+
+
+def _event_log(state: dict[str, Any]) -> str:
+    """The log a hardware event lands in: iDRAC's SEL, iLO's IML."""
+    return _vendor(state)["log_services"][0]["id"]
+
+
+def _power(state: dict[str, Any]) -> dict[str, Any]:
+    return state["resources"][f"{paths_of(state).chassis}/Power"]
+
+
+def _psu_redundancy_lost(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    power = _power(state)
+    psus = power["PowerSupplies"]
+    if target is None:
+        psu = psus[-1]
+    else:
+        psu = next((x for x in psus if target in (str(int(x["MemberId"]) + 1),
+                                                   x["SerialNumber"], x["Name"])), None)
+        if psu is None:
+            raise FaultError(f"no power supply {target!r} on {state['node']} "
+                             f"(slot 1-{len(psus)}, serial or name)")
+    slot = int(psu["MemberId"]) + 1
+    psu.update(LineInputVoltage=0, LastPowerOutputWatts=0,
+               Status={"Health": "Critical", "State": "Enabled"})
+    for red in power["Redundancy"]:
+        red["Status"] = {"Health": "Critical", "State": "Enabled"}
+    sel = _vendor(state)["sel"]
+    log = _event_log(state)
+    entries = [add_log(state, log, "Critical", sel["psu_lost"]["message_id"],
+                       sel["psu_lost"]["text"].format(n=slot, serial=psu["SerialNumber"]),
+                       SensorType="Power Supply"),
+               add_log(state, log, "Critical", sel["psu_redundancy"]["message_id"],
+                       sel["psu_redundancy"]["text"], SensorType="Power Supply")]
+    return {"component": {"type": "psu", "slot": slot, "name": psu["Name"],
+                          "serial": psu["SerialNumber"], "model": psu["Model"]},
+            "description": f"power supply {slot} serial {psu['SerialNumber']}: input lost, "
+                           "PSU redundancy lost",
+            "log_entries": [(log, e["Id"]) for e in entries]}
+
+
+def _fan_failed(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    fans = state["resources"][f"{paths_of(state).chassis}/Thermal"]["Fans"]
+    fan = fans[0] if target is None else next(
+        (f for f in fans if target in (f["Name"], f["MemberId"])), None)
+    if fan is None:
+        names = ", ".join(f["Name"] for f in fans)
+        raise FaultError(f"no fan {target!r} on {state['node']} (fans: {names})")
+    fan.update(Reading=0, Status={"Health": "Critical", "State": "Enabled"})
+    sel = _vendor(state)["sel"]["fan"]
+    log = _event_log(state)
+    entry = add_log(state, log, "Critical", sel["message_id"], sel["text"].format(
+        fan=fan["Name"]), SensorType="Fan")
+    return {"component": {"type": "fan", "name": fan["Name"]},
+            "description": f"fan {fan['Name']}: 0 RPM, below its lower critical threshold "
+                           f"({fan['LowerThresholdCritical']} RPM)",
+            "log_entries": [(log, entry["Id"])]}
+
+
+def _sel_critical_entry(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    sel = _vendor(state)["sel"]["critical"]
+    component = target or sel["component"]
+    log = _event_log(state)
+    entry = add_log(state, log, "Critical", sel["message_id"],
+                    sel["text"].format(component=component), SensorType="Memory")
+    return {"component": {"type": "log-entry", "log": log, "id": entry["Id"],
+                          "message_id": entry["MessageId"], "message": entry["Message"],
+                          "part": component},
+            "description": f"{log} entry {entry['Id']} ({entry['MessageId']}, Critical): "
+                           f"{entry['Message']}",
+            "log_entries": [(log, entry["Id"])]}
+
+
+def _bios_drift(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    v = _vendor(state)
+    name, _, value = (target or DRIFT_DEFAULT[v["vendor"]]).partition("=")
+    entry = next((a for a in v["bios"]["attributes"] if a["name"] == name), None)
+    if entry is None or entry.get("read_only") or "values" not in entry:
+        raise FaultError(f"no settable BIOS attribute {name!r} on {state['node']}")
+    current = state["bios"]["current"]
+    was = current[name]
+    if not value:  # another allowed value than the current one
+        value = next((x for x in entry["values"] if x != was), was)
+    if value not in entry["values"] or value == was:
+        raise FaultError(f"BIOS attribute {name} cannot drift to {value!r} "
+                         f"(now {was!r}; values: {', '.join(entry['values'])})")
+    current[name] = value
+    return {"component": {"type": "bios-attribute", "name": name, "was": was, "now": value},
+            "description": f"BIOS attribute {name} changed from {was} to {value} outside "
+                           "provisioning"}
+
+
+def _bmc_unreachable(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    state["unreachable"] = True
+    address = state.get("address")
+    return {"component": {"type": "bmc", "name": _vendor(state)["manager_name"],
+                          "address": address},
+            "description": f"BMC at {address or 'its address'} not answering"}
+
+
+FAULTS: dict[str, FaultFn] = {
+    "psu-redundancy-lost": _psu_redundancy_lost,
+    "fan-failed": _fan_failed,
+    "sel-critical-entry": _sel_critical_entry,
+    "bios-drift": _bios_drift,
+    "bmc-unreachable": _bmc_unreachable,
+}
+FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
+
+
+def apply_fault(state: dict[str, Any], kind: str, target: str | None = None) -> dict[str, Any]:
+    """A copy of state with one fault applied; state itself is left alone."""
+    if kind not in FAULTS:
+        raise FaultError(f"unknown BMC fault {kind!r}; valid: {', '.join(FAULT_KINDS)}")
+    new = copy.deepcopy(state)
+    record = FAULTS[kind](new, target)
+    new["faults"].append({"kind": kind, "target": target, **record})
+    return new
+
+
+# Properties of the system the node's operators set: kept across heal.
+RUNTIME_SYSTEM_KEYS = ("PowerState", "Boot", "AssetTag")
+
+
+def heal(state: dict[str, Any]) -> dict[str, Any]:
+    """The pristine hardware back; BIOS settings, jobs and other log entries kept."""
+    new = copy.deepcopy(state)
+    system_path = paths_of(state).system
+    system = state["resources"][system_path]
+    new["resources"] = copy.deepcopy(state["pristine"]["resources"])
+    for key in RUNTIME_SYSTEM_KEYS:
+        if key in system:
+            new["resources"][system_path][key] = copy.deepcopy(system[key])
+    new["unreachable"] = False
+    added = {tuple(x) for f in state["faults"] for x in f.get("log_entries", [])}
+    for log, entries in new["logs"].items():
+        new["logs"][log] = [e for e in entries if (log, e["Id"]) not in added]
+    for f in state["faults"]:
+        comp = f["component"]
+        # undo a drift the role has not corrected yet
+        if f["kind"] == "bios-drift" and new["bios"]["current"].get(comp["name"]) == comp["now"]:
+            new["bios"]["current"][comp["name"]] = comp["was"]
+    new["faults"] = []
+    return new
