@@ -8,6 +8,7 @@ from pathlib import Path
 from validation import budgets, runner
 from validation.checks.registry import LEVELS, Context, all_checks
 from validation.checks.workload_checks import BURNIN_OVERHEAD_S
+from validation.checks.workload_checks import LEVELS as WORKLOAD_LEVELS
 from validation.profile import load_profile, scope
 
 
@@ -38,9 +39,7 @@ def test_issue_targets_hold():
 
 
 def test_burnin_duration_fits_its_share_at_every_level():
-    from validation.checks.workload_checks import BURNIN_OVERHEAD_S, LEVELS as WL
-
-    for level, p in WL["gemm_burnin"].items():
+    for level, p in WORKLOAD_LEVELS["gemm_burnin"].items():
         for gpus in (2, 8):
             share = budgets.share_s(level, "gemm_burnin", gpus)
             assert share is not None
