@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from validation import budgets, procs
 from validation import judge as judge_mod
 from validation.checks.health_delta import read_counters
 from validation.checks.registry import CheckSkipped, CheckSpec, Context, all_checks
@@ -60,6 +61,19 @@ def select_checks(level: str, only: list[str] | None) -> list[CheckSpec]:
     return sorted(chosen, key=lambda c: c.name == HEALTH_CHECK)
 
 
+def check_timeout_s(spec: CheckSpec, ctx: Context) -> float:
+    """From the level's budget (validation/budgets.yml), never shorter than the check's
+    workload plans to take; the registered timeout where the level gives it no share."""
+    try:
+        planned = budgets.planned_s(ctx, spec.name)
+    except Exception:  # a planner that cannot tell: the share alone decides
+        planned = None
+    gpus = int(ctx.profile.gpu("count", 8) or 8) if hasattr(ctx.profile, "gpu") else 8
+    t = budgets.timeout_s(ctx.level, spec.name, gpus, planned,
+                          simulated=bool(getattr(ctx.profile, "simulated", False)))
+    return spec.timeout_s if t is None else t
+
+
 def run_check(spec: CheckSpec, ctx: Context, required: frozenset[str]) -> CheckResult:
     ctx.current_check = spec.name
     ctx.emit({"event": "check_started", "check": spec.name, "needs": list(spec.needs)})
@@ -79,18 +93,35 @@ def run_check(spec: CheckSpec, ctx: Context, required: frozenset[str]) -> CheckR
             outcome["status"] = "ok"
         except CheckSkipped as exc:
             outcome.update(status="skipped", message=str(exc))
+        except procs.NotRun as exc:  # the message says why in full
+            outcome.update(status="error", message=str(exc))
+        except procs.TimedOut as exc:  # its workload was killed at the deadline
+            outcome.update(status="timeout", message=str(exc))
         except Exception as exc:  # a crashing check is a result, never a crashed run
             outcome.update(status="error", message=f"{type(exc).__name__}: {exc}")
 
+    timeout_s = check_timeout_s(spec, ctx)
     start = time.monotonic()
+    # the check's workloads run to this deadline (workload_checks._run), a little inside ours
+    ctx.cache["check.deadline"] = start + timeout_s
     # a thread, so a hung probe times out the check instead of the whole run
     worker = threading.Thread(target=body, name=f"check-{spec.name}", daemon=True)
     worker.start()
-    worker.join(spec.timeout_s)
-    duration = time.monotonic() - start
+    worker.join(timeout_s)
     if worker.is_alive():
-        return CheckResult(spec.name, "timeout", duration, tuple(measurements),
-                           f"no result after {spec.timeout_s:g} s", spec.needs)
+        # Abandoning the thread is not enough: what it started would keep the GPUs busy
+        # while the next checks run. Kill every session (a workload's torchrun, the worker
+        # group) and every process this one started, and wait until they are gone.
+        survivors = procs.kill_all(f"{spec.name} timed out")
+        left = procs.kill_descendants()
+        worker.join(5.0)  # it sees its processes die and ends
+        duration = time.monotonic() - start
+        msg = f"no result after {timeout_s:g} s; its processes were killed"
+        stuck = sorted({p for ps in survivors.values() for p in ps} | set(left))
+        if stuck:
+            msg += f" (still alive: pid {', '.join(map(str, stuck))})"
+        return CheckResult(spec.name, "timeout", duration, tuple(measurements), msg, spec.needs)
+    duration = time.monotonic() - start
     return CheckResult(spec.name, outcome.get("status", "error"), duration, tuple(measurements),
                        outcome.get("message", ""), spec.needs)
 
@@ -182,6 +213,12 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                     ctx.cache["health.start"] = exc
                 ctx.cache.pop("smi", None)
                 _emit_health_start(ctx, ctx.cache["health.start"])
+            # one long-lived worker group for the run's GPU workloads, where more than one
+            # runs (workload_checks._run starts it; the site may say workloads: {group: false})
+            torch_checks = [c for c in checks if "torch" in c.needs]
+            ctx.cache["workloads.use_group"] = (
+                len(torch_checks) > 1
+                and (site.get("workloads") or {}).get("group", True) is not False)
             for spec in checks:
                 result = run_check(spec, ctx, required)
                 results.append(result)
@@ -189,6 +226,9 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                           "result": result.to_dict()})
             finished = True
         finally:
+            group = ctx.cache.pop("workloads.group", None)
+            if group is not None:
+                group.close()
             verdicts = judge_mod.judge(results, profile)
             outcome = judge_mod.node_outcome(verdicts, finished)
             finished_at = _now()  # result.json and the run_finished event: one instant

@@ -1,7 +1,10 @@
 """GPU workload checks: burn-in, HBM, collectives, host transfers, P2P, storage, reference FSDP job.
 
-Each check starts its worker under torchrun (one process per GPU) and turns
-the workers' JSON lines into Measurements; the judge decides. Sizes and
+Each check runs its worker on one process per GPU and turns the workers' JSON
+lines into Measurements; the judge decides. Where a run has more than one GPU
+workload, they share one long-lived worker group (launch.WorkerGroup: torchrun
+and NCCL init paid once); otherwise each starts its own torchrun. A workload runs
+to its check's deadline (runner: from validation/budgets.yml). Sizes and
 durations come from the level, overridable per site under `workloads:`
 (e.g. `workloads: {gemm_burnin: {duration_s: 7200}, device: cpu}`).
 """
@@ -11,10 +14,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from validation import budgets, procs
 from validation.checks.common import smi
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
@@ -22,13 +27,19 @@ from validation.probes import nccl_tests
 from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS
 from validation.workloads.common_env import nvls_enabled
-from validation.workloads.launch import WorkloadFailed, run_workload
+from validation.workloads.launch import (
+    WorkerGroup,
+    WorkloadFailed,
+    WorkloadTimedOut,
+    run_workload,
+)
 
 # per level: worker arguments and the seconds the run is expected to take (progress, timeout)
 LEVELS: dict[str, dict[str, dict[str, Any]]] = {
     "gemm_burnin": {
-        "quick": {"duration_s": 30},
-        "standard": {"duration_s": 300},
+        # quick and standard fit their budget shares (validation/budgets.yml)
+        "quick": {"duration_s": 15},
+        "standard": {"duration_s": 90},
         "burnin": {"duration_s": 4 * 3600},
     },
     "hbm": {
@@ -102,21 +113,62 @@ def _run(
 ) -> list[Measurement]:
     out = ctx.artifacts / "workloads" / module
     n = nproc or _gpu_count(ctx)
+    deadline = ctx.cache.get("check.deadline")
+    # a little inside the check's own timeout, so the workload is killed here (and the
+    # check says which workload) before the runner's backstop fires
+    timeout_s = (max(1.0, deadline - time.monotonic() - KILL_MARGIN_S) if deadline
+                 else max(120.0, expect_s * 2 + 120))
+    nvls = nvls_enabled(getattr(ctx.profile, "nvls", False), ctx.site)
+    argv = ["--device", _device(ctx), *args]
     try:
-        ms, log = run_workload(
-            module,
-            n,
-            ["--device", _device(ctx), *args],
-            out,
-            timeout_s=max(120.0, expect_s * 2 + 120),
-            progress=lambda f, eta: ctx.progress(f, eta, module),
-            expect_s=expect_s,
-            nvls=nvls_enabled(getattr(ctx.profile, "nvls", False), ctx.site),
-        )
+        if ctx.cache.get("workloads.use_group"):
+            ms, log = _group(ctx, n, nvls).run(
+                module, argv, out, timeout_s, progress=lambda f, eta: ctx.progress(f, eta, module),
+                expect_s=expect_s, label=ctx.current_check or module)
+        else:
+            ms, log = run_workload(
+                module, n, argv, out, timeout_s=timeout_s,
+                progress=lambda f, eta: ctx.progress(f, eta, module), expect_s=expect_s, nvls=nvls)
+    except WorkloadTimedOut as e:
+        raise procs.TimedOut(str(e)) from None
     except WorkloadFailed as e:
         raise RuntimeError(str(e)) from None
     rel = str(log.relative_to(ctx.out))
     return [Measurement(m.name, m.value, m.unit, m.labels, rel) for m in ms]
+
+
+KILL_MARGIN_S = 10.0
+
+
+def _group(ctx: Context, nproc: int, nvls: bool) -> WorkerGroup:
+    """The run's worker group (the runner closes it at the end of the run)."""
+    g = ctx.cache.get("workloads.group")
+    if g is not None and not g.matches(nproc, _device(ctx), nvls):
+        if g.killed_after:  # a killed group stays the reason the rest do not run
+            return g
+        g.close()
+        g = None
+    if g is None:
+        g = WorkerGroup(nproc, _device(ctx), ctx.out / "worker-group", nvls)
+        ctx.cache["workloads.group"] = g
+    return g
+
+
+def _burnin_left_s(ctx: Context) -> float:
+    """Seconds of burn-in still to run: the level's (or site's) duration less what an
+    interrupted run already logged."""
+    p = _params(ctx, "gemm_burnin")
+    out = ctx.artifacts / "workloads" / "gemm_burnin"
+    return max(0.0, float(p["duration_s"]) - done_s(read_intervals(log_path(out, 0))))
+
+
+@budgets.planner("gemm_burnin")
+def _burnin_planned_s(ctx: Context) -> float:
+    return _burnin_left_s(ctx) + BURNIN_OVERHEAD_S
+
+
+# SDC screens and fp8 probe around the burn-in's duration (a separate launch adds ~10 s)
+BURNIN_OVERHEAD_S = 10.0
 
 
 @check(
@@ -134,11 +186,11 @@ def gemm_burnin(ctx: Context) -> Iterator[Measurement]:
     out = ctx.artifacts / "workloads" / "gemm_burnin"
     # A fresh run starts in an emptied run directory (runner.prepare_out), so interval
     # logs here can only be those of the interrupted run that `--resume` continues.
-    done = done_s(read_intervals(log_path(out, 0)))
+    left = _burnin_left_s(ctx)
     if log_path(out, 0).exists():
         args.append("--resume")
         _keep_aside(out / "gemm_burnin.log")  # the launcher starts a new log
-    yield from _run(ctx, "gemm_burnin", args, max(0.0, float(p["duration_s"]) - done) + 30)
+    yield from _run(ctx, "gemm_burnin", args, left + BURNIN_OVERHEAD_S)
 
 
 def _keep_aside(log: Path) -> None:

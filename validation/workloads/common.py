@@ -48,10 +48,30 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+# Set by the worker group (validation.workloads.group), which forms the process group once
+# and runs workloads in turn: init() then reuses it and finish() leaves it standing.
+_group_owned = False
+# init_process_group calls in this process (the worker group reports it per job)
+pg_inits = 0
+
+
+def adopt_group() -> None:
+    """The worker group owns the process group from here on (see init/finish)."""
+    global _group_owned
+    _group_owned = True
+
+
 def init(device: str) -> Dist:
+    global pg_inits
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if dist.is_initialized():  # the worker group's: same ranks, device already set
+        want = "nccl" if device == "cuda" else "gloo"
+        if dist.get_backend() != want:
+            raise UsageError(f"--device {device} in a worker group formed for {dist.get_backend()}")
+        dev = torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu")
+        return Dist(dist.get_rank(), dist.get_world_size(), local_rank, dev)
     if device == "cuda":
         if not torch.cuda.is_available():
             raise UsageError("--device cuda but torch sees no GPU")
@@ -67,6 +87,7 @@ def init(device: str) -> Dist:
     if device == "cuda":
         kwargs["device_id"] = dev
     dist.init_process_group(**kwargs)
+    pg_inits += 1
     return Dist(rank, world, local_rank, dev)
 
 
@@ -81,7 +102,8 @@ def _free_port() -> int:
 def finish() -> None:
     if dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
+        if not _group_owned:  # the worker group tears its group down once, at its end
+            dist.destroy_process_group()
 
 
 class Sink:
