@@ -166,6 +166,27 @@ WORKLOAD_METRICS: list[Metric] = [
     ),
     _m("fsdp.peak_memory_gib", "GiB", "peak allocated GPU memory per rank", "lower", judged=False),
     _m("fsdp.loss", "", "training loss at a step (label step)", "equal", judged=False),
+    _m("fsdp.grad_norm", "", "total gradient norm before clipping, at a step", "lower",
+       judged=False),
+    _m("fsdp.run_config", "", "the reference job's settings its loss curve depends on (labels)",
+       "equal", judged=False),
+    _m("fsdp.lr", "", "learning rate at a step (warm-up then decay)", "equal", judged=False),
+    _m("fsdp.loss_window_mean", "", "mean loss over one logged window (label step: its last)",
+       "lower", judged=False),
+    _m(
+        "fsdp.loss_window_rise",
+        "",
+        "largest rise of a window's mean loss over the window before (< 0: falls at every window)",
+        "lower",
+    ),
+    _m(
+        "fsdp.loss_rack_deviation",
+        "",
+        "largest |loss - the rack's median| at a step, same profile and seed (the controller's "
+        "fleet verdict, limit: the profile's fsdp.loss_deviation)",
+        "lower",
+        judged=False,
+    ),
     _m(
         "fsdp.resumed_loss",
         "",
