@@ -28,12 +28,8 @@ from validation.workloads.golden import (
 torch = pytest.importorskip("torch")
 
 from validation.workloads import fsdp_train  # noqa: E402
-from validation.workloads.fsdp_train import (  # noqa: E402
-    loss_windows,
-    lr_at,
-    parse_ac,
-    window_rise,
-)
+from validation.workloads.fsdp_train import lr_at, parse_ac  # noqa: E402
+from validation.workloads.golden import loss_windows, window_rise  # noqa: E402
 
 
 # --- schedule: torchtitan v0.2.2 linear warm-up, one stable step, linear decay to 0 ---

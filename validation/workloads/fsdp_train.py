@@ -33,6 +33,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from validation.workloads import synthetic
 from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
+from validation.workloads.golden import loss_windows, window_rise
 from validation.workloads.llama import SHAPES, Llama, flops_per_token, init_weights
 
 GiB = 1 << 30
@@ -103,23 +104,6 @@ def lr_at(step: int, peak: float, warmup: int, total: int, min_factor: float = 0
         f = 1 - (c + 1 - (warmup + 1)) / decay
         f = min_factor + (1 - min_factor) * f
     return peak * f
-
-
-def loss_windows(losses: dict[int, float], window: int) -> list[tuple[int, float]]:
-    """(last step, mean loss) per full window of `window` steps, in order."""
-    steps = sorted(losses)
-    out = []
-    for i in range(0, len(steps) - window + 1, window):
-        chunk = steps[i:i + window]
-        out.append((chunk[-1], sum(losses[s] for s in chunk) / window))
-    return out
-
-
-def window_rise(windows: list[tuple[int, float]]) -> float | None:
-    """Largest rise of a window's mean over the one before (< 0: every window fell)."""
-    if len(windows) < 2:
-        return None
-    return max(b[1] - a[1] for a, b in zip(windows, windows[1:], strict=False))
 
 
 def train_step(
@@ -271,6 +255,15 @@ def main(argv: list[str] | None = None) -> int:
         sink.emit(
             "fsdp.peak_memory_gib",
             round(torch.cuda.max_memory_allocated(d.device) / GiB, 2),
+            "GiB",
+            gpu=d.local_rank,
+            rank=d.rank,
+            **lab,
+        )
+        # what torchtitan's "memory" reports (the caching allocator's peak reservation)
+        sink.emit(
+            "fsdp.peak_reserved_gib",
+            round(torch.cuda.max_memory_reserved(d.device) / GiB, 2),
             "GiB",
             gpu=d.local_rank,
             rank=d.rank,

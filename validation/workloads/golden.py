@@ -168,6 +168,23 @@ def compare_rack(curves: dict[str, dict[int, float]], tolerance: float
     return {node: compare_curve(c, median) for node, c in curves.items()}
 
 
+def loss_windows(losses: dict[int, float], window: int) -> list[tuple[int, float]]:
+    """(last step, mean loss) per full window of `window` steps, in order."""
+    steps = sorted(losses)
+    out = []
+    for i in range(0, len(steps) - window + 1, window):
+        chunk = steps[i:i + window]
+        out.append((chunk[-1], sum(losses[s] for s in chunk) / window))
+    return out
+
+
+def window_rise(windows: list[tuple[int, float]]) -> float | None:
+    """Largest rise of a window's mean over the one before (< 0: every window fell)."""
+    if len(windows) < 2:
+        return None
+    return max(b[1] - a[1] for a, b in zip(windows, windows[1:], strict=False))
+
+
 def curve_from_measurements(ms: Any) -> dict[int, float]:
     """fsdp.loss measurements (objects or dicts with name/value/labels) -> {step: loss}."""
     out: dict[int, float] = {}

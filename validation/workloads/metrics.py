@@ -165,6 +165,8 @@ WORKLOAD_METRICS: list[Metric] = [
         "lower",
     ),
     _m("fsdp.peak_memory_gib", "GiB", "peak allocated GPU memory per rank", "lower", judged=False),
+    _m("fsdp.peak_reserved_gib", "GiB", "peak reserved GPU memory per rank (torchtitan's figure)",
+       "lower", judged=False),
     _m("fsdp.loss", "", "training loss at a step (label step)", "equal", judged=False),
     _m("fsdp.grad_norm", "", "total gradient norm before clipping, at a step", "lower",
        judged=False),
