@@ -112,10 +112,15 @@ if want nccl && [ -x "$NT_BUILD/all_reduce_perf" ]; then
   done
 fi
 
-# --- rackready's collectives: the same sizes, both modes, eager and as a CUDA graph ---
-want coll && part collectives 240 tr -m validation.workloads.collectives --out "$W/coll" \
-  --sizes 64M:4G:x4 --modes out_of_place,in_place --graph both --warmup 5 --iters 20 \
-  --repeats 3 --pair-size 0
+# --- rackready's collectives: the same sizes and flags, both modes; eager (what the check
+# runs), then the same loop captured as a CUDA graph (no torch call cost), in its own process
+if want coll; then
+  part collectives 180 tr -m validation.workloads.collectives --out "$W/coll" \
+    --sizes 64M:4G:x4 --modes out_of_place,in_place --warmup 5 --iters 20 --repeats 3 --pair-size 0
+  part collectives_graph 180 tr -m validation.workloads.collectives --out "$W/coll_graph" \
+    --sizes 64M:4G:x4 --modes out_of_place,in_place --graph on --warmup 5 --iters 20 --repeats 3 \
+    --pair-size 0
+fi
 
 if want gemm; then
   mkdir -p "$W/bare"

@@ -13,6 +13,7 @@ pair sends to each other alone, to find one weak link.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
@@ -311,9 +312,18 @@ def main(argv: list[str] | None = None) -> int:
                 ok = c.check(a.fault_rank) if c.checkable else None
                 lab = {"op": op, "size_bytes": c.size, "impl": "torch", "ranks": d.world,
                        "mode": mode}
-                for launch in launches:
-                    t = loop_time(d, c, warmup=a.warmup, iters=a.iters, repeats=a.repeats,
-                                  graph=launch == "graph")
+                for launch in list(launches):
+                    try:
+                        t = loop_time(d, c, warmup=a.warmup, iters=a.iters, repeats=a.repeats,
+                                      graph=launch == "graph")
+                    except RuntimeError as e:
+                        if launch != "graph":
+                            raise
+                        # a torch/NCCL that cannot capture this op: say so, keep eager numbers
+                        print(f"collectives: no CUDA graph for {op} ({e}); eager only",
+                              file=sys.stderr)
+                        launches.remove("graph")
+                        continue
                     t = mean_over_ranks(d, t)
                     if d.rank == 0:
                         alg = algbw_gbps(c.size, t)
