@@ -189,7 +189,9 @@ def fsdp_rows(t: Table, ms: list[dict], work: Path) -> None:
         o_txt = "not run" if not ours or ours["tps"] is None else (
             f"{ours['tps']:,.0f} tok/s/GPU, {_pct(ours['mfu'])} MFU, "
             f"{_fmt(ours['reserved_gib'])} GiB reserved ({_fmt(ours['mem_gib'])} allocated)")
-        r_txt = "torchtitan not run" if not titan else (
+        r_txt = ("torchtitan not run" if not log.is_file() else
+                 f"torchtitan: no metric line in {log.name} (failed? see logs/)") if not titan \
+            else (
             f"torchtitan {titan['tps']:,.0f} tok/s ({titan['tps_range'][0]:,.0f}-"
             f"{titan['tps_range'][1]:,.0f}), {_pct(titan['mfu'])}, {titan['mem_gib']:.1f} GiB")
         ratio = ours["tps"] / titan["tps"] if ours and ours["tps"] and titan else None
