@@ -26,6 +26,13 @@ from rackready.rundir import NodeResult, PlannedNode, RunDir, now_iso
 from validation.judge import component, judge, judge_fleet
 from validation.model import CheckResult, Verdict
 from validation.profile import Profile, ProfileError, load_profile, scope, with_site
+from validation.workloads.golden import (
+    GoldenError,
+    compare_rack,
+    curve_from_measurements,
+    load_golden,
+    run_config,
+)
 
 OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 # Fewer nodes than this share no robust majority to compare with.
@@ -227,13 +234,23 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
 
 
 def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[dict[str, float]]:
-    """The profile's golden loss curve for the model shape the reference job ran."""
+    """The golden loss curve for the reference job that ran: the stored curve of its shape,
+    world size, dtype and config (validation/golden), else the profile's inventory curve."""
     if profile is None:
         return []
-    shapes = [m.labels.get("shape") for r in results for m in r.measurements
-              if m.name.startswith("fsdp.") and m.labels.get("shape")]
-    golden = (profile.inventory.get("fsdp_golden") or {}).get(shapes[0] if shapes else "")
-    points = (golden or {}).get("loss") or {}
+    ms = [m for r in results for m in r.measurements if m.name.startswith("fsdp.")]
+    points: dict[Any, Any] = {}
+    try:
+        cfg = run_config(ms)
+        g = (load_golden(str(cfg["shape"]), int(cfg["world"]), cfg, str(cfg.get("dtype", "bf16")))
+             if cfg.get("shape") and cfg.get("world") else None)
+        points = dict(g.loss) if g else {}
+    except (GoldenError, ValueError):
+        points = {}
+    if not points:
+        shapes = [m.labels.get("shape") for m in ms if m.labels.get("shape")]
+        golden = (profile.inventory.get("fsdp_golden") or {}).get(shapes[0] if shapes else "")
+        points = (golden or {}).get("loss") or {}
     out = []
     for step, loss in points.items():
         try:
@@ -241,6 +258,73 @@ def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[di
         except (TypeError, ValueError):
             continue
     return sorted(out, key=lambda p: p["step"])
+
+
+# --- the rack's reference-job curves compared with each other (issue 15) ---
+RACK_CURVE_METRIC = "fsdp.loss_rack_deviation"
+
+
+def _curve_key(results: list[CheckResult]) -> tuple[str, ...] | None:
+    """What must be equal for two nodes' curves to be comparable: shape, world, dtype, config."""
+    cfg = run_config([m for r in results for m in r.measurements])
+    if not cfg:
+        return None
+    return tuple(str(cfg.get(k, "")) for k in ("shape", "world", "dtype", "seq", "steps", "seed",
+                                               "batch", "lr", "warmup", "max_norm"))
+
+
+def rack_curve_tolerance(profile: Profile) -> float | None:
+    """The profile's limit for the rack comparison, else its golden-curve limit."""
+    for metric in (RACK_CURVE_METRIC, "fsdp.loss_deviation"):
+        for t in profile.thresholds_for(metric):
+            if t.op in ("<=", "<") and not t.labels:
+                return float(t.value)
+    return None
+
+
+def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
+                        ) -> dict[str, list[dict[str, Any]]]:
+    """Per node: the verdict of its loss curve against the rack's per-step median.
+
+    Nodes of one profile that ran the reference job with the same config and seed
+    must give the same curve within the tolerance; a node that does not is named.
+    Two nodes cannot outvote each other: a disagreement between two names both."""
+    tol = rack_curve_tolerance(profile)
+    by_key: dict[tuple[str, ...], dict[str, dict[int, float]]] = defaultdict(dict)
+    for name, results in group.items():
+        key = _curve_key(results)
+        curve = curve_from_measurements([m for r in results for m in r.measurements])
+        if key is not None and curve:
+            by_key[key][name] = curve
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if tol is None:
+        return out
+    for key, curves in by_key.items():
+        for name, cmp in compare_rack(curves, tol).items():
+            ok = cmp.within(tol)
+            others = sorted(n for n in curves if n != name)
+            where = (f"step {cmp.worst_step} missing" if cmp.missing
+                     else f"largest |loss - rack median| {cmp.deviation:.4g} at step "
+                          f"{cmp.worst_step}")
+            out[name].append({
+                "check": "fleet", "metric": RACK_CURVE_METRIC,
+                "outcome": "pass" if ok else "fail",
+                "value": cmp.deviation if not cmp.missing else "missing", "unit": "",
+                "labels": {"shape": key[0], "world": key[1], "seed": key[5],
+                           **({"step": str(cmp.worst_step)} if cmp.worst_step else {})},
+                "threshold": {"op": "<=", "value": tol}, "spread": None, "scope": "fleet",
+                "component": "node",
+                "message": (f"reference-job loss curve of {name} "
+                            f"{'agrees with' if ok else 'deviates from'} the rack "
+                            f"({len(curves)} nodes, same profile and seed): {where}, "
+                            f"tolerance {tol}" + ("" if ok or len(curves) > 2 else
+                                                  f"; two nodes: {name} or {others[0]}")),
+                "remediation": "" if ok else (
+                    "same job, same seed, different numbers: re-run the reference job on "
+                    "this node; a repeat deviation is silent data corruption or a failing "
+                    "GPU (run the SDC screen and burn-in)"),
+            })
+    return out
 
 
 def _decide(j: dict[str, Any]) -> None:
@@ -307,12 +391,16 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
             fleet_groups[j["profile_sha256"]][name] = results
             profiles[j["profile_sha256"]] = profile
     for key, group in fleet_groups.items():
+        # the reference job's curves: from two nodes up, compared step by step
+        for name, vs in rack_curve_verdicts(group, profiles[key]).items():
+            judgements[name]["fleet_verdicts"].extend(vs)
+            _decide(judgements[name])
         if len(group) < FLEET_MIN_NODES:
             continue
         for name, verdicts in judge_fleet(group, profiles[key]).items():
             fleet = [v for v in verdicts if v.check == "fleet"]
             j = judgements[name]
-            j["fleet_verdicts"] = [_verdict_dict(v, "fleet", {}) for v in fleet]
+            j["fleet_verdicts"] += [_verdict_dict(v, "fleet", {}) for v in fleet]
             _decide(j)
     if write:
         for name, j in judgements.items():

@@ -512,10 +512,16 @@ def busbw_figure(doc: dict[str, Any]) -> Figure | None:
     unit = ms[0].get("unit") or "GB/s"
     panels = []
     for op in ops:
-        pts = sorted((float(m["labels"]["size_bytes"]), float(m["value"]))
-                     for m in ms if m["labels"].get("op", "all") == op)
+        # issue 15: one line per mode (in place / out of place), never one zig-zag line
+        modes = list(dict.fromkeys(m["labels"].get("mode", "") for m in ms
+                                   if m["labels"].get("op", "all") == op))
+        lines = [Line("measured" + (f" {mode.replace('_', ' ')}" if len(modes) > 1 else ""),
+                      sorted((float(m["labels"]["size_bytes"]), float(m["value"]))
+                             for m in ms if m["labels"].get("op", "all") == op
+                             and m["labels"].get("mode", "") == mode))
+                 for mode in modes]
         p = Panel(title=op, y_label=f"busbw ({unit})", x_label="message size", x_bytes=True,
-                  lines=[Line("measured", pts)])
+                  lines=lines)
         sized, flat, provs = [], [], []
         for t in _thresholds(doc, "nccl.busbw"):
             tl = {str(k): str(v) for k, v in (t.get("labels") or {}).items()}

@@ -2,13 +2,20 @@
 
     torchrun --standalone --nproc-per-node N -m validation.workloads.collectives --out DIR
 
-Per op and size: one call on known inputs checked exactly (small integers
-that bf16 holds exactly), then warm-up and timed loops (device events,
-median of repeats). busbw uses nccl-tests' factors. Then every ordered GPU
+Per op, size and mode (out of place, in place: nccl-tests' two columns): one
+call on known inputs checked exactly (small integers that bf16 holds exactly),
+then nccl-tests' timing (warm-up, a loop of back-to-back calls timed as a
+whole, the mean over ranks; median of repeats), optionally as a replayed CUDA
+graph (--graph). busbw uses nccl-tests' factors. Then every ordered GPU
 pair sends to each other alone, to find one weak link.
 """
 
 from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -55,63 +62,79 @@ def _pattern(numel: int, rank: int, device: torch.device) -> torch.Tensor:
     return ((i % 7 + 1) * (rank + 1)).to(torch.bfloat16)
 
 
-class Coll:
-    """Buffers and one call of an op at one size (size = nccl-tests' size)."""
+MODES = ("out_of_place", "in_place")
+# torch.distributed's all_reduce and broadcast write into their input: in-place only
+TORCH_MODES = {"all_reduce": ("in_place",), "broadcast": ("in_place",)}
+# nccl-tests leaves these unchecked in place (N/A): the peer's data overwrites what is being sent
+UNCHECKED_IN_PLACE = ("alltoall", "sendrecv")
 
-    def __init__(self, d: Dist, op: str, size: int) -> None:
-        self.d, self.op, n = d, op, d.world
-        elem = 2  # bf16
-        unit = n * elem
-        numel = max(size // unit, 1) * n  # divisible by n for the sharded ops
-        self.size = numel * elem
-        dev, r = d.device, d.rank
-        if op == "all_reduce":
-            self.x = _pattern(numel, r, dev)
-        elif op == "all_gather":
-            self.x, self.y = (
-                _pattern(numel // n, r, dev),
-                torch.empty(numel, dtype=torch.bfloat16, device=dev),
-            )
-        elif op == "reduce_scatter":
-            self.x, self.y = (
-                _pattern(numel, r, dev),
-                torch.empty(numel // n, dtype=torch.bfloat16, device=dev),
-            )
-        elif op == "alltoall":
-            self.x, self.y = (
-                _pattern(numel, r, dev),
-                torch.empty(numel, dtype=torch.bfloat16, device=dev),
-            )
-        elif op == "broadcast":
-            self.x = _pattern(numel, r, dev)
-        elif op == "sendrecv":
-            self.x, self.y = (
-                _pattern(numel, r, dev),
-                torch.empty(numel, dtype=torch.bfloat16, device=dev),
-            )
-        else:
+
+def modes_for(op: str, wanted: list[str]) -> list[str]:
+    return [m for m in wanted if m in TORCH_MODES.get(op, MODES)]
+
+
+class Coll:
+    """Buffers and one call of an op at one size (size = nccl-tests' size) in one mode.
+
+    In place as nccl-tests defines it: all_gather sends from the rank's own block of
+    the output, reduce_scatter receives into the rank's block of the input, the other
+    ops use one buffer for both. Buffers are allocated once; a call allocates nothing.
+    """
+
+    def __init__(self, d: Dist, op: str, size: int, mode: str = "out_of_place") -> None:
+        if op not in OPS:
             raise UsageError(f"unknown op {op!r}; choose from {', '.join(OPS)}")
-        self.numel = numel
+        if mode not in modes_for(op, list(MODES)):
+            raise UsageError(f"{op} has no {mode} form in torch.distributed")
+        self.d, self.op, self.mode, n = d, op, mode, d.world
+        elem = 2  # bf16
+        numel = max(size // (n * elem), 1) * n  # divisible by n for the sharded ops
+        self.size, self.numel = numel * elem, numel
+        dev, r, k = d.device, d.rank, numel // n
+        ip = mode == "in_place"
+        if op in ("all_reduce", "broadcast"):
+            self.x = self.y = _pattern(numel, r, dev)
+        elif op == "all_gather":
+            self.y = torch.empty(numel, dtype=torch.bfloat16, device=dev)
+            self.x = self.y[r * k:(r + 1) * k] if ip else torch.empty(k, dtype=torch.bfloat16,
+                                                                       device=dev)
+        elif op == "reduce_scatter":
+            self.x = torch.empty(numel, dtype=torch.bfloat16, device=dev)
+            self.y = self.x[r * k:(r + 1) * k] if ip else torch.empty(k, dtype=torch.bfloat16,
+                                                                       device=dev)
+        else:  # alltoall, sendrecv
+            self.x = torch.empty(numel, dtype=torch.bfloat16, device=dev)
+            self.y = self.x if ip else torch.empty(numel, dtype=torch.bfloat16, device=dev)
+        self._fill()
+        if op == "sendrecv":
+            self._peers = ((r + 1) % n, (r - 1) % n)  # ring, as nccl-tests' sendrecv_perf
+
+    def _fill(self) -> None:
+        self.x.copy_(_pattern(self.x.numel(), self.d.rank, self.d.device))
 
     def __call__(self) -> None:
-        d, n = self.d, self.d.world
-        if self.op == "all_reduce":
+        op = self.op
+        if op == "all_reduce":
             dist.all_reduce(self.x)
-        elif self.op == "all_gather":
+        elif op == "all_gather":
             dist.all_gather_into_tensor(self.y, self.x)
-        elif self.op == "reduce_scatter":
+        elif op == "reduce_scatter":
             dist.reduce_scatter_tensor(self.y, self.x)
-        elif self.op == "alltoall":
+        elif op == "alltoall":
             dist.all_to_all_single(self.y, self.x)
-        elif self.op == "broadcast":
+        elif op == "broadcast":
             dist.broadcast(self.x, src=0)
-        elif self.op == "sendrecv":  # ring, as nccl-tests' sendrecv_perf
+        else:
             ops = [
-                dist.P2POp(dist.isend, self.x, (d.rank + 1) % n),
-                dist.P2POp(dist.irecv, self.y, (d.rank - 1) % n),
+                dist.P2POp(dist.isend, self.x, self._peers[0]),
+                dist.P2POp(dist.irecv, self.y, self._peers[1]),
             ]
             for w in dist.batch_isend_irecv(ops):
                 w.wait()
+
+    @property
+    def checkable(self) -> bool:
+        return not (self.mode == "in_place" and self.op in UNCHECKED_IN_PLACE)
 
     def check(self, fault_rank: int = -1) -> bool:
         """One call on fresh inputs; True when every element is exactly right.
@@ -119,14 +142,14 @@ class Coll:
         fault_rank: tests corrupt that rank's result to prove a wrong answer is caught.
         """
         n, dev, r = self.d.world, self.d.device, self.d.rank
-        self.x.copy_(_pattern(self.x.numel(), r, dev))
+        self._fill()
         self()
         if r == fault_rank:
-            (self.x if self.op in ("all_reduce", "broadcast") else self.y).view(-1)[0] += 1
+            self.y.view(-1)[0] += 1
         i = torch.arange(self.numel, device=dev, dtype=torch.int32) % 7 + 1
         tri = n * (n + 1) // 2
         if self.op == "all_reduce":
-            ok = torch.equal(self.x, (i * tri).to(torch.bfloat16))
+            ok = torch.equal(self.y, (i * tri).to(torch.bfloat16))
         elif self.op == "all_gather":
             k = self.numel // n
             j = torch.arange(self.numel, device=dev, dtype=torch.int32)
@@ -141,12 +164,64 @@ class Coll:
                 torch.stack([(blk * (s + 1)) for s in range(n)]).to(torch.bfloat16),
             )
         elif self.op == "broadcast":
-            ok = torch.equal(self.x, (i * 1).to(torch.bfloat16))
+            ok = torch.equal(self.y, (i * 1).to(torch.bfloat16))
         else:
             ok = torch.equal(self.y, (i * ((r - 1) % n + 1)).to(torch.bfloat16))
         flag = torch.tensor([0 if ok else 1], device=dev, dtype=torch.int32)
         dist.all_reduce(flag)  # the check fails everywhere if wrong anywhere
         return int(flag.item()) == 0
+
+
+def loop_time(d: Dist, fn: Callable[[], None], *, warmup: int, iters: int, repeats: int,
+              graph: bool = False) -> float:
+    """nccl-tests' method: warm-up calls, then `iters` calls back to back on one stream,
+    timed around the whole loop (device events on GPU), seconds per call; the median of
+    `repeats` such loops. graph: the loop is captured once as a CUDA graph and replayed,
+    so torch's per-call host cost is out of the measured time (nccl-tests' -G)."""
+    for _ in range(warmup):
+        fn()
+    d.sync()
+    run: Callable[[], None]
+    if graph and d.is_cuda:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream(d.device)
+        s.wait_stream(torch.cuda.current_stream(d.device))
+        with torch.cuda.stream(s):
+            fn()  # a call on the capture stream before capture (torch's graph recipe)
+        torch.cuda.current_stream(d.device).wait_stream(s)
+        d.sync()
+        with torch.cuda.graph(g):
+            for _ in range(iters):
+                fn()
+        g.replay()  # the first replay uploads the graph; not timed
+        d.sync()
+        run = g.replay
+    else:
+        def run() -> None:
+            for _ in range(iters):
+                fn()
+    times = []
+    for _ in range(repeats):
+        if d.is_cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3 / iters)
+        else:
+            t0 = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - t0) / iters)
+    return statistics.median(times)
+
+
+def mean_over_ranks(d: Dist, t: float) -> float:
+    """nccl-tests' default (-a 1): the time reported is the mean over ranks."""
+    tt = torch.tensor([t], device=d.device, dtype=torch.float64)
+    dist.all_reduce(tt)
+    return float(tt.item()) / d.world
 
 
 def torch_nccl_version(raw: object = None) -> str:
@@ -196,6 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sizes", default="1M:4G:x4", help="nccl-tests' size per op: 1M:4G:x4 or 64M,1G"
     )
+    p.add_argument(
+        "--modes", default=",".join(MODES),
+        help="out_of_place,in_place (nccl-tests' two columns; an op runs those torch has)",
+    )
+    p.add_argument(
+        "--graph", choices=("off", "on", "both"), default="off",
+        help="time the loop as a captured CUDA graph too (GPU only; label launch)",
+    )
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
@@ -208,27 +291,51 @@ def main(argv: list[str] | None = None) -> int:
     bad = [o for o in ops if o not in OPS]
     if bad:
         raise UsageError(f"unknown op(s) {','.join(bad)}; choose from {', '.join(OPS)}")
+    modes = [m for m in a.modes.split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        raise UsageError(f"bad --modes {a.modes!r}: a comma list of {', '.join(MODES)}")
+    if a.iters < 1 or a.repeats < 1 or a.warmup < 0:
+        raise UsageError("--iters and --repeats must be positive, --warmup not negative")
     sizes = parse_sizes(a.sizes)
     d = init(a.device)
+    launches = {"off": ["eager"], "on": ["graph"], "both": ["eager", "graph"]}[a.graph]
+    if not d.is_cuda:
+        launches = ["eager"]  # CUDA graphs need a GPU
     sink = Sink(a.out, "collectives", d.rank)
     if d.rank == 0 and d.is_cuda:
         # the NCCL this process really runs (PyTorch's own), beside the system libnccl
         sink.emit("nccl.torch_version", torch_nccl_version(), "", source="torch")
     for op in ops:
         for size in sizes:
-            c = Coll(d, op, size)
-            ok = c.check(a.fault_rank)
-            t = median_time(d, c, warmup=a.warmup, iters=a.iters, repeats=a.repeats)
-            # each rank's time can differ a little; nccl-tests reports the slowest rank's
-            tt = torch.tensor([t], device=d.device, dtype=torch.float64)
-            dist.all_reduce(tt, op=dist.ReduceOp.MAX)
-            if d.rank == 0:
-                alg = algbw_gbps(c.size, float(tt.item()))
-                lab = {"op": op, "size_bytes": c.size, "impl": "torch", "ranks": d.world}
-                sink.emit("nccl.algbw", round(alg, 3), "GB/s", **lab)
-                sink.emit("nccl.busbw", round(alg * busbw_factor(op, d.world), 3), "GB/s", **lab)
-                sink.emit("nccl.correct", ok, "", **lab)
-            del c
+            for mode in modes_for(op, modes):
+                c = Coll(d, op, size, mode)
+                ok = c.check(a.fault_rank) if c.checkable else None
+                lab = {"op": op, "size_bytes": c.size, "impl": "torch", "ranks": d.world,
+                       "mode": mode}
+                for launch in list(launches):
+                    try:
+                        t = loop_time(d, c, warmup=a.warmup, iters=a.iters, repeats=a.repeats,
+                                      graph=launch == "graph")
+                    except RuntimeError as e:
+                        if launch != "graph":
+                            raise
+                        # a torch/NCCL that cannot capture this op: say so, keep eager numbers
+                        print(f"collectives: no CUDA graph for {op} ({e}); eager only",
+                              file=sys.stderr)
+                        launches.remove("graph")
+                        continue
+                    t = mean_over_ranks(d, t)
+                    if d.rank == 0:
+                        alg = algbw_gbps(c.size, t)
+                        ll = {**lab, "launch": launch}
+                        sink.emit("nccl.algbw", round(alg, 3), "GB/s", **ll)
+                        sink.emit("nccl.busbw", round(alg * busbw_factor(op, d.world), 3),
+                                  "GB/s", **ll)
+                if d.rank == 0 and ok is not None:
+                    sink.emit("nccl.correct", ok, "", **lab)
+                del c
+                if d.is_cuda:
+                    torch.cuda.empty_cache()  # 4 GiB buffers per mode: give them back
     pair = parse_sizes(a.pair_size)[0] if a.pair_size not in ("0", "") else 0
     if pair and d.world > 1:
         pair_sweep(d, sink, pair, a.warmup, a.iters, a.repeats)

@@ -4,9 +4,13 @@
         -m validation.workloads.fsdp_train --out DIR --shape llama3-8b --steps 20
 
 fully_shard per block and at the root with MixedPrecisionPolicy(bf16 params,
-fp32 reduce). Measures tokens/s/GPU, MFU (torchtitan's FLOP count over the
-peak given with --peak-tflops), step-time spread across ranks, peak memory
-and the loss at every step. With --ckpt-step K it saves with
+fp32 reduce); torchtitan's recipe otherwise: AdamW, gradient clipping at total
+norm 1.0, linear warm-up then linear decay, activation checkpointing none /
+full / selective (per-op or every Kth block). Measures tokens/s/GPU, MFU
+(torchtitan's FLOP count over the peak given with --peak-tflops), step-time
+spread across ranks, peak memory, the loss at every step (with the gradient
+norm and learning rate) and the mean loss per window of --loss-window steps:
+a healthy job falls at every window. With --ckpt-step K it saves with
 torch.distributed.checkpoint at step K, trains on to the end (the
 uninterrupted run), then restores into a fresh model and optimizer, replays
 steps K+1.. and reports the largest loss difference.
@@ -29,25 +33,38 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from validation.workloads import synthetic
 from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
+from validation.workloads.golden import loss_windows, window_rise
 from validation.workloads.llama import SHAPES, Llama, flops_per_token, init_weights
 
 GiB = 1 << 30
+# torchtitan's llama3 recipes peak at 3e-4; the tiny CPU model (dim 64) learns
+# visibly within a lab run's 16 steps only with a larger step
+PEAK_LR = {"tiny": 3e-3}
 
 
-def parse_ac(spec: str, n_layers: int) -> list[bool]:
-    """'none' | 'full' | 'every:K' (every Kth block recomputes) -> per-block flags."""
+AC_HELP = "activation checkpointing: none, full, selective (= selective:op), selective:K, every:K"
+
+
+def parse_ac(spec: str, n_layers: int) -> list[str]:
+    """--ac -> per-block recompute mode ("" none, "full", "op").
+
+    As torchtitan's activation_checkpoint: 'none', 'full', 'selective' (its default,
+    selective_ac_option 'op': per-op policy in every block) or 'selective:K' (every Kth
+    block fully recomputed; 'every:K' says the same)."""
     if spec == "none":
-        return [False] * n_layers
+        return [""] * n_layers
     if spec == "full":
-        return [True] * n_layers
-    if spec.startswith("every:"):
+        return ["full"] * n_layers
+    if spec in ("selective", "selective:op"):
+        return ["op"] * n_layers
+    if spec.startswith(("every:", "selective:")):
         try:
             k = int(spec.split(":", 1)[1])
         except ValueError:
             k = 0
         if k >= 1:
-            return [i % k == 0 for i in range(n_layers)]
-    raise UsageError(f"bad --ac {spec!r}: none, full or every:K")
+            return ["full" if i % k == 0 else "" for i in range(n_layers)]
+    raise UsageError(f"bad --ac {spec!r}: none, full, selective, selective:op or selective:K")
 
 
 def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
@@ -72,24 +89,46 @@ def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
     return model, opt
 
 
-def lr_at(step: int, peak: float, warmup: int) -> float:
-    return peak * min(1.0, step / max(1, warmup))
+def lr_at(step: int, peak: float, warmup: int, total: int, min_factor: float = 0.0) -> float:
+    """torchtitan v0.2.2's linear warm-up then linear decay (lr_scheduler defaults:
+    decay_ratio None = decay over every step after warm-up, min_lr_factor 0); step is
+    1-based, so step 1 runs at peak/warmup and the last step stays above the floor."""
+    c = step - 1  # LambdaLR's 0-based count
+    warmup = min(max(0, warmup), total)
+    decay = total - warmup
+    if c < warmup:
+        f = (c + 1) / warmup
+    elif c < warmup + 1 or decay == 0:  # one stable step (torchtitan's "virtual last step")
+        f = 1.0
+    else:
+        f = 1 - (c + 1 - (warmup + 1)) / decay
+        f = min_factor + (1 - min_factor) * f
+    return peak * f
 
 
-def train_step(d: Dist, model: Llama, opt: torch.optim.Optimizer, a, step: int) -> float:
+def train_step(
+    d: Dist, model: Llama, opt: torch.optim.Optimizer, a, step: int
+) -> tuple[float, float]:
+    """One step; (loss averaged over ranks, gradient norm before clipping)."""
     x, y = synthetic.batch(a.seed, step, d.rank, a.batch, a.seq, SHAPES[a.shape].vocab)
     x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
     for g in opt.param_groups:
-        g["lr"] = lr_at(step, a.lr, a.warmup)
+        g["lr"] = lr_at(step, a.lr, a.warmup, a.steps, a.min_lr_factor)
     logits = model(x)
     loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
     del logits
     loss.backward()
+    # torchtitan clips the total norm over every (sharded) parameter at max_norm 1.0
+    norm = torch.nn.utils.clip_grad_norm_(
+        model.parameters(), a.max_norm if a.max_norm > 0 else float("inf"), foreach=True
+    )
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
     opt.step()
     opt.zero_grad(set_to_none=True)
     avg = loss.detach().clone()
     dist.all_reduce(avg)
-    return float(avg.item()) / d.world
+    return float(avg.item()) / d.world, float(norm.item())
 
 
 def _dir_bytes(p: Path) -> int:
@@ -102,10 +141,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=8192)
     p.add_argument("--batch", type=int, default=1, help="sequences per GPU per step")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5, help="lr warm-up steps")
-    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup", type=int, default=5, help="lr warm-up steps, then linear decay")
+    p.add_argument(
+        "--lr", type=float, default=None,
+        help="peak learning rate (default: torchtitan's 3e-4; 3e-3 for the tiny CPU shape)",
+    )
+    p.add_argument(
+        "--min-lr-factor", type=float, default=0.0, help="decay floor as a share of the peak"
+    )
+    p.add_argument(
+        "--max-norm", type=float, default=1.0, help="gradient clipping total norm (0: off)"
+    )
+    p.add_argument(
+        "--loss-window", type=int, default=4, help="steps per logged loss window (mean)"
+    )
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--ac", default="none", help="activation checkpointing: none, full, every:K")
+    p.add_argument("--ac", default="none", help=AC_HELP)
     p.add_argument("--compile", action="store_true", help="torch.compile each block")
     p.add_argument("--timing-skip", type=int, default=3, help="first steps left out of timing")
     p.add_argument(
@@ -119,8 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--deterministic", action="store_true", help="deterministic algorithms (slower)")
     a = p.parse_args(argv)
-    if a.steps < 1 or a.seq < 2 or a.batch < 1:
-        raise UsageError("--steps, --seq and --batch must be positive")
+    if a.lr is None:
+        a.lr = PEAK_LR.get(a.shape, 3e-4)
+    if a.steps < 1 or a.seq < 2 or a.batch < 1 or a.loss_window < 1:
+        raise UsageError("--steps, --seq, --batch and --loss-window must be positive")
+    if a.warmup < 0 or a.max_norm < 0 or not 0 <= a.min_lr_factor <= 1:
+        raise UsageError("--warmup and --max-norm must not be negative, --min-lr-factor in 0..1")
+    parse_ac(a.ac, SHAPES[a.shape].n_layers)  # a bad --ac is a usage error before any setup
     if a.ckpt_step and not 0 < a.ckpt_step < a.steps:
         raise UsageError("--ckpt-step must lie between 0 and --steps")
     if a.ckpt_step and a.ckpt_dir is None:
@@ -133,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     model, opt = build(d, a, a.seed)
     shape = SHAPES[a.shape]
     losses: dict[int, float] = {}
+    norms: dict[int, float] = {}
     times: list[float] = []
     ckpt_path = (
         a.ckpt_dir / f"rackready-fsdp-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
@@ -143,15 +200,30 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(1, a.steps + 1):
         d.sync()
         t0 = time.perf_counter()
-        losses[step] = train_step(d, model, opt, a, step)
+        losses[step], norms[step] = train_step(d, model, opt, a, step)
         d.sync()
         if step > a.timing_skip:
             times.append(time.perf_counter() - t0)
         if ckpt_path is not None and step == a.ckpt_step:
             _save(d, sink, model, opt, ckpt_path)
-    for step, loss in losses.items():
-        if d.rank == 0:
-            sink.emit("fsdp.loss", round(loss, 6), "", step=step, world=d.world, shape=a.shape)
+    curve = {"world": d.world, "shape": a.shape, "dtype": "bf16", "seed": a.seed, "ac": a.ac}
+    if d.rank == 0:
+        # what the curve depends on: the golden curve of this config (validation.workloads.golden)
+        sink.emit("fsdp.run_config", True, "", **curve, seq=a.seq, steps=a.steps, batch=a.batch,
+                  lr=a.lr, warmup=a.warmup, max_norm=a.max_norm, min_lr_factor=a.min_lr_factor)
+        for step, loss in losses.items():
+            sink.emit("fsdp.loss", round(loss, 6), "", step=step, **curve)
+            sink.emit("fsdp.grad_norm", round(norms[step], 6), "", step=step, **curve)
+            sink.emit("fsdp.lr", lr_at(step, a.lr, a.warmup, a.steps, a.min_lr_factor), "",
+                      step=step)
+        wins = loss_windows(losses, a.loss_window)
+        for last, mean in wins:
+            sink.emit("fsdp.loss_window_mean", round(mean, 6), "", step=last,
+                      window=a.loss_window, **curve)
+        rise = window_rise(wins)
+        if rise is not None:
+            sink.emit("fsdp.loss_window_rise", round(rise, 6), "", window=a.loss_window,
+                      windows=len(wins), shape=a.shape, world=d.world)
     if not times:
         times = [(time.perf_counter() - t_run) / a.steps]
     med = statistics.median(times)
@@ -159,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.all_gather(all_med, torch.tensor([med], dtype=torch.float64, device=d.device))
     meds = [float(t.item()) for t in all_med]
     tps = a.batch * a.seq / med
-    lab = {"shape": a.shape, "seq": a.seq, "world": d.world, "ac": a.ac, "compile": a.compile}
+    lab = {"shape": a.shape, "seq": a.seq, "world": d.world, "ac": a.ac, "compile": a.compile,
+           "max_norm": a.max_norm}
     if d.rank == 0:
         sink.emit("fsdp.tokens_per_s_per_gpu", round(tps, 1), "tokens/s", **lab)
         sink.emit("fsdp.step_time_s", round(statistics.median(meds), 4), "s", **lab)
@@ -182,6 +255,15 @@ def main(argv: list[str] | None = None) -> int:
         sink.emit(
             "fsdp.peak_memory_gib",
             round(torch.cuda.max_memory_allocated(d.device) / GiB, 2),
+            "GiB",
+            gpu=d.local_rank,
+            rank=d.rank,
+            **lab,
+        )
+        # what torchtitan's "memory" reports (the caching allocator's peak reservation)
+        sink.emit(
+            "fsdp.peak_reserved_gib",
+            round(torch.cuda.max_memory_reserved(d.device) / GiB, 2),
             "GiB",
             gpu=d.local_rank,
             rank=d.rank,
@@ -225,7 +307,7 @@ def _restore_and_compare(d: Dist, sink: Sink, a, path: Path, losses: dict[int, f
     dt = time.perf_counter() - t0
     diffs = []
     for step in range(a.ckpt_step + 1, a.steps + 1):
-        loss = train_step(d, model, opt, a, step)
+        loss, _ = train_step(d, model, opt, a, step)
         diffs.append(abs(loss - losses[step]))
         if d.rank == 0:
             sink.emit("fsdp.resumed_loss", round(loss, 6), "", step=step)

@@ -7,11 +7,46 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
+
+# torchtitan v0.2.2's per-op selective AC (llama3 parallelize.py _op_sac_save_list): keep
+# the outputs of matmuls (all but every second one) and of attention, recompute the rest
+_SAC_SAVE = {
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "mm",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_attention_math",
+    )
+    if hasattr(torch.ops.aten, name)
+}
+
+
+def _sac_context() -> Any:
+    """torchtitan's op policy: save listed ops, except every second mm (counted per pass)."""
+    count = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if func == torch.ops.aten.mm.default:
+            count[mode] += 1
+        save = func in _SAC_SAVE and not (
+            func == torch.ops.aten.mm.default and count[mode] % 2 == 0
+        )
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 @dataclass(frozen=True)
@@ -106,7 +141,8 @@ class Block(nn.Module):
         self.attention = Attention(s)
         self.ffn_norm = RMSNorm(s.dim, s.norm_eps)
         self.feed_forward = FeedForward(s)
-        self.recompute = False  # activation checkpointing for this block
+        # activation checkpointing for this block: "" (none), "full" or "op" (selective)
+        self.recompute = ""
 
     def _fwd(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), cos, sin)
@@ -114,7 +150,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.recompute and torch.is_grad_enabled():
-            return checkpoint(self._fwd, x, cos, sin, use_reentrant=False, preserve_rng_state=False)
+            kw = {"context_fn": _sac_context} if self.recompute == "op" else {}
+            return checkpoint(
+                self._fwd, x, cos, sin, use_reentrant=False, preserve_rng_state=False, **kw
+            )
         return self._fwd(x, cos, sin)
 
 

@@ -1,0 +1,79 @@
+"""Collectives in place and out of place, as nccl-tests defines them (issue 15)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from validation.workloads.collectives import MODES, Coll, modes_for  # noqa: E402
+from validation.workloads.common import Dist, UsageError  # noqa: E402
+from validation.workloads.launch import run_workload  # noqa: E402
+
+
+def _coll(op: str, mode: str, rank: int = 1, world: int = 4) -> Coll:
+    return Coll(Dist(rank, world, rank, torch.device("cpu")), op, 1 << 16, mode)
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def test_in_place_buffers_alias_as_nccl_tests_defines():
+    # all_gather: the rank sends from its own block of the output (sendInplaceOffset)
+    ag = _coll("all_gather", "in_place")
+    k = ag.numel // 4
+    assert _ptr(ag.x) == _ptr(ag.y) + 1 * k * 2 and ag.x.numel() == k
+    # reduce_scatter: the rank receives into its own block of the input (recvInplaceOffset)
+    rs = _coll("reduce_scatter", "in_place")
+    assert _ptr(rs.y) == _ptr(rs.x) + 1 * k * 2 and rs.y.numel() == k
+    for op in ("alltoall", "sendrecv", "all_reduce", "broadcast"):
+        c = _coll(op, "in_place")
+        assert c.x is c.y, op
+    for op in ("all_gather", "reduce_scatter", "alltoall", "sendrecv"):
+        c = _coll(op, "out_of_place")
+        lo, hi = sorted([(_ptr(c.x), c.x.numel()), (_ptr(c.y), c.y.numel())])
+        assert lo[0] + lo[1] * 2 <= hi[0], op  # separate buffers
+
+
+def test_modes_torch_has():
+    assert modes_for("all_reduce", list(MODES)) == ["in_place"]
+    assert modes_for("broadcast", list(MODES)) == ["in_place"]
+    assert modes_for("all_gather", ["out_of_place"]) == ["out_of_place"]
+    assert modes_for("alltoall", list(MODES)) == list(MODES)
+    with pytest.raises(UsageError):
+        _coll("all_reduce", "out_of_place")
+    # nccl-tests leaves in-place alltoall and sendrecv unchecked: so do we
+    assert not _coll("alltoall", "in_place").checkable
+    assert _coll("all_gather", "in_place").checkable
+
+
+def test_both_modes_measured_and_checked_on_gloo(tmp_path):
+    ms, _ = run_workload("collectives", 2, ["--device", "cpu", "--sizes", "64K", "--iters", "2",
+                                            "--repeats", "1", "--pair-size", "0"], tmp_path,
+                         timeout_s=120)
+    bus = {(m.labels["op"], m.labels["mode"]) for m in ms if m.name == "nccl.busbw"}
+    assert bus == {("all_reduce", "in_place"), ("broadcast", "in_place"),
+                   *((op, mode) for op in ("all_gather", "reduce_scatter", "alltoall",
+                                           "sendrecv") for mode in MODES)}
+    assert {m.labels["launch"] for m in ms if m.name == "nccl.busbw"} == {"eager"}
+    correct = {(m.labels["op"], m.labels["mode"]): m.value for m in ms
+               if m.name == "nccl.correct"}
+    assert ("all_gather", "in_place") in correct and ("reduce_scatter", "in_place") in correct
+    assert ("alltoall", "in_place") not in correct and ("sendrecv", "in_place") not in correct
+    assert all(v is True for v in correct.values())
+
+
+def test_in_place_wrong_result_is_caught(tmp_path):
+    ms, _ = run_workload("collectives", 2, ["--device", "cpu", "--sizes", "64K", "--iters", "1",
+                                            "--repeats", "1", "--pair-size", "0", "--ops",
+                                            "all_gather,reduce_scatter", "--modes", "in_place",
+                                            "--fault-rank", "1"], tmp_path, timeout_s=120)
+    assert [m.value for m in ms if m.name == "nccl.correct"] == [False, False]
+
+
+def test_bad_modes_are_a_usage_error(tmp_path):
+    from validation.workloads.collectives import main
+
+    with pytest.raises(UsageError, match="--modes"):
+        main(["--device", "cpu", "--out", str(tmp_path), "--modes", "sideways"])
