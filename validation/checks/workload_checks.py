@@ -27,6 +27,7 @@ from validation.probes import nccl_tests
 from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS
 from validation.workloads.common_env import nvls_enabled
+from validation.workloads.golden import golden_deviation
 from validation.workloads.launch import (
     WorkerGroup,
     WorkloadFailed,
@@ -371,6 +372,12 @@ def fsdp_reference(ctx: Context) -> Iterator[Measurement]:
         args.append("--compile")
     ms = _run(ctx, "fsdp_train", args, 60 + 4 * float(p["steps"]))
     yield from ms
+    got_golden = golden_deviation(ms)
+    if got_golden is not None:  # a stored curve for this exact run config
+        dev, labels = got_golden
+        yield Measurement("fsdp.loss_deviation", dev, "", labels)
+        return
+    # no stored curve for this config: the profile's inventory curve
     golden = (ctx.profile.inventory.get("fsdp_golden") or {}).get(str(p["shape"])) or {}
     curve = {str(k): float(v) for k, v in (golden.get("loss") or {}).items()}
     got = {m.labels.get("step"): float(m.value) for m in ms if m.name == "fsdp.loss"}  # type: ignore[arg-type]
