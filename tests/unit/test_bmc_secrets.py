@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from rackready import inventory, oob, provision
@@ -34,7 +33,10 @@ def _inventory(folder: Path, bmc: FakeBMC, ca: Path) -> Path:
                               "default='root') }}",
         "rackready_bmc_password": "{{ lookup('ansible.builtin.env', 'RACKREADY_BMC_PASSWORD',"
                                   " default='') }}",
-        "rackready_bmc_ca_file": str(ca), "bios_poll": 1, "bios_job_timeout": 30}))
+        "rackready_bmc_ca_file": str(ca), "bios_poll": 1, "bios_job_timeout": 30,
+        # as in the lab's group_vars: the nodes' interpreter and become, which the
+        # delegated BMC tasks must not use on the controller
+        "ansible_python_interpreter": "/nonexistent/node/python3", "ansible_become": True}))
     return folder / "hosts.yml"
 
 
