@@ -49,7 +49,7 @@ def required(**flags) -> None:
     help={
         "inventory": "inventory name under inventories/ (e.g. rack1, lab) or a path",
         "limit": "only these hosts or groups (Ansible --limit pattern)",
-        "tags": "only these stages, comma-separated (baseline,driver,fabric,cuda,nccl,...)",
+        "tags": "only these stages, comma-separated (bios,baseline,driver,fabric,cuda,nccl,...)",
         "check": "dry run: report what would change, change nothing",
         "diff": "show file and package differences",
     }

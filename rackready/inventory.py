@@ -18,7 +18,8 @@ import getpass
 import io
 import logging
 import shlex
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -65,6 +66,9 @@ class Node:
     # The role variables validation judges against, under their Ansible names, as the
     # roles see them (host/group vars over role defaults): one source for both sides.
     provisioned: dict | None = None
+    # The BMC (issue 17): resolved only when the out-of-band step needs it, so a vaulted
+    # password without a vault password fails that node alone; never printed (repr=False).
+    bmc: Callable[[], BmcAccess | None] | None = field(default=None, repr=False, compare=False)
 
 
 # Per role, the variables whose values the node must show after provisioning.
@@ -310,6 +314,7 @@ def _node(name: str, v: dict, path: Path) -> Node:
         become=conn["become"],
         jump=conn["jump"],
         proxy_command=conn["proxy_command"],
+        bmc=lambda: bmc_access(fact),
     )
 
 
@@ -345,6 +350,52 @@ def provisioned(hostvars: dict, path: Path, host: str = "") -> dict:
             out[name] = value if isinstance(value, bool) else (
                 int(value) if isinstance(value, int) else str(value))
     return out
+
+
+# ---------------------------------------------------------------- BMC access (issue 17)
+
+class Secret(str):
+    """A password that prints as asterisks (repr, str formatting); .reveal() gives it."""
+
+    def __repr__(self) -> str:
+        return "'********'"
+
+    def __str__(self) -> str:
+        return "********"
+
+    def __format__(self, spec: str) -> str:
+        return "********"
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+
+@dataclass(frozen=True)
+class BmcAccess:
+    address: str
+    user: str
+    password: Secret = field(repr=False)
+    ca_file: str | None
+    # rackready_bmc_tls_insecure_skip_verify: only for a lab bring-up, named to be seen
+    insecure_skip_verify: bool = False
+
+
+def bmc_access(fact: _Facts) -> BmcAccess | None:
+    """The node's BMC from rackready_bmc_*; None without an address (UserError: one line)."""
+    address = str(fact.get("rackready_bmc_address", "") or "")
+    if not address:
+        return None
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()  # the credentials come through lookups (env), as in Ansible
+    ca = str(fact.get("rackready_bmc_ca_file", "") or "") or None
+    if ca and not Path(ca).is_absolute():
+        ca = str(Path(fact.v.get("inventory_dir") or PROJECT_ROOT) / ca)
+    return BmcAccess(address=address, user=str(fact.get("rackready_bmc_user", "root")),
+                     password=Secret(str(fact.get("rackready_bmc_password", "") or "")),
+                     ca_file=ca,
+                     insecure_skip_verify=bool(fact.get("rackready_bmc_tls_insecure_skip_verify",
+                                                        False)))
 
 
 class _Facts:

@@ -188,7 +188,8 @@ def _identity_problems(ctx: _Context, result: dict[str, Any],
 
 def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[str] | None,
                node_result: NodeResult, events_result: dict[str, Any] | None = None,
-               session_problem: str = "", bundle_sha256: str | None = None
+               session_problem: str = "", bundle_sha256: str | None = None,
+               bmc: dict[str, Any] | None = None
                ) -> tuple[dict[str, Any], list[CheckResult], Profile | None]:
     """One node's judgement (see the module doc), its check results and the profile used."""
     result = node_result.result
@@ -205,6 +206,9 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
         inventory = inv if isinstance(inv, dict) else {}
     if result is not None:
         problems += _identity_problems(ctx, result, bundle_sha256)
+    oob_check = _bmc_check(planned, bmc, problems)
+    if oob_check is not None:
+        results.append(oob_check)
     verdicts = judge(results, ctx.profile) if ctx.profile is not None else []
     reported = {r.check for r in results if r.status != "interrupted"}
     missing = [c for c in expected_checks(ctx.level, ctx.only) if c not in reported]
@@ -228,9 +232,39 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
         "thresholds": [t.to_dict() for t in ctx.profile.thresholds] if ctx.profile else [],
         "golden_loss": _golden_loss(results, ctx.profile),
         "problems": problems,
+        "bmc": _bmc_record(bmc, oob_check),
     }
     _decide(judgement)
     return judgement, results, ctx.profile
+
+
+# ---------------------------------------------------------------- out of band (issue 17)
+
+def _bmc_check(planned: PlannedNode | None, bmc: dict[str, Any] | None,
+               problems: list[str]) -> CheckResult | None:
+    """The controller's BMC reading (rackready.oob) as the check `bmc`; for a planned node
+    without one, the check as 'not run', so the profile decides (requires: [bmc] fails)."""
+    from rackready.oob import not_run
+
+    if bmc and isinstance(bmc.get("check"), dict):
+        try:
+            return CheckResult.from_dict(bmc["check"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            problems.append("bmc.json holds no usable check")
+            return not_run("the out-of-band record is unreadable")
+    if planned is None:
+        return None
+    return not_run("the out-of-band step did not run for this node")
+
+
+def _bmc_record(bmc: dict[str, Any] | None, check: CheckResult | None) -> dict[str, Any]:
+    """What the report shows of the BMC: identity, log excerpt, and why it was not read."""
+    bmc = bmc or {}
+    return {"address": bmc.get("address"), "status": check.status if check else None,
+            "problem": bmc.get("problem") or (check.message if check else ""),
+            "since": bmc.get("since"), "since_source": bmc.get("since_source", ""),
+            "identity": bmc.get("identity") or {}, "log_excerpt": bmc.get("log_excerpt") or [],
+            "check": check.to_dict() if check else None}
 
 
 def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[dict[str, float]]:
@@ -385,7 +419,7 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
         j, results, profile = judge_node(
             name, planned, plan.level if plan else "quick", plan.only if plan else None,
             node_result, events_result, str(session.get("problem") or ""),
-            plan.bundle_sha256 if plan else None)
+            plan.bundle_sha256 if plan else None, bmc=run.read_bmc(name))
         judgements[name] = j
         if profile is not None and j["outcome"] in ("PASS", "FAIL") and not j["scope"]["partial"]:
             fleet_groups[j["profile_sha256"]][name] = results

@@ -10,6 +10,7 @@ Layout (everything else goes through this module):
     <run>/<node>/artifacts/       raw files fetched from the node (untrusted)
     <run>/<node>/session.json     the controller's record of the SSH session
     <run>/<node>/judgement.json   the controller's verdicts (rackready.judging)
+    <run>/<node>/bmc.json         the controller's out-of-band record (rackready.oob)
     <run>/report/                 reports (rackready.report)
 
 Whatever the node sent is read here with caps, non-finite numbers and unknown
@@ -263,6 +264,13 @@ class RunDir:
 
     def read_judgement(self, node: str) -> dict[str, Any] | None:
         return _read_own_json(self.paths(node).judgement) or None
+
+    # out of band (issue 17): the controller's record of the node's BMC (rackready.oob)
+    def write_bmc(self, node: str, record: dict[str, Any]) -> None:
+        _write_json_atomic(self.prepare_node(node).dir / "bmc.json", record)
+
+    def read_bmc(self, node: str) -> dict[str, Any] | None:
+        return _read_own_json(self.paths(node).dir / "bmc.json") or None
 
     @property
     def report_dir(self) -> Path:

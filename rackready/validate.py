@@ -69,6 +69,7 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
 
     def one(r: NodeRun) -> None:
         _run_node(run, r, level, (payload, digest), board, extra, resuming=bool(resume))
+        _run_oob(run, r, board)
 
     with ThreadPoolExecutor(max_workers=min(32, len(runs))) as pool:
         list(pool.map(one, runs))
@@ -211,6 +212,20 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
         client.close()
         record["finished"] = now_iso()
         run.write_session(node.name, record)
+
+
+def _run_oob(run: RunDir, r: NodeRun, board: Board) -> None:
+    """The node's BMC, read from the controller after its session (issue 17): log entries
+    written during the burn-in count too. Its trouble is recorded, never raised."""
+    from rackready import oob
+
+    board.update(r.node.name, "reading BMC")
+    try:
+        record = oob.collect(r.node)
+    except Exception as exc:  # noqa: BLE001  one node's surprise must not stop the rack
+        record = {"node": r.node.name, "problem": one_line(f"controller error: {exc}"),
+                  "check": oob.not_run(one_line(f"controller error: {exc}")).to_dict()}
+    run.write_bmc(r.node.name, record)
 
 
 def _suite_args(node: inventory.Node, level: str, extra: list[str]) -> list[str]:

@@ -77,9 +77,16 @@ def component(labels: dict[str, str]) -> str:
                                                else ""))
     elif "port" in labels:
         parts.append(f"IB port {labels['port']}")
+    if "component" in labels:  # BMC firmware inventory (issue 17)
+        parts.append(f"{labels['component']} firmware"
+                     + (f" ({labels['item']})" if labels.get("item") else ""))
     for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
                       ("array", "md array"), ("token", "kernel parameter"),
-                      ("module", "module"), ("node", "node")):
+                      ("module", "module"),
+                      # out of band (BMC): issue 17
+                      ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
+                      ("log", "BMC log"), ("entry", "entry"),
+                      ("node", "node")):
         if key in labels and not (key == "node" and "gpu" in labels):
             parts.append(f"{what} {labels[key]}")
     return ", ".join(parts) or "node"
@@ -125,6 +132,16 @@ _REMEDIATION: list[tuple[str, str]] = [
                  "member of {c}"),
     (r"^kernel\.cmdline", "re-run the kernel role to set {c} and reboot"),
     (r"^kernel\.nouveau", "blacklist nouveau, rebuild the initramfs and reboot"),
+    # out of band (BMC): issue 17
+    (r"^bmc\.firmware\.", "update {c} with the vendor's firmware bundle to at least the "
+                           "profile's minimum"),
+    (r"^bmc\.psu\.", "reseat or replace {c}; check its feed (PDU, cable) so every PSU is "
+                      "powered and redundancy is restored"),
+    (r"^bmc\.fan\.", "replace {c} (hot-swap) and re-run"),
+    (r"^bmc\.(sensor|temperature|voltage)\.", "check {c}: airflow, blanks, fans, inlet "
+                                                "temperature, PSU/VR; see the BMC's log"),
+    (r"^bmc\.log\.", "read {c} in the BMC log, fix the part it names, then clear the log "
+                       "and re-run"),
 ]
 
 
@@ -140,9 +157,18 @@ def _labels_key(labels: dict[str, str]) -> LabelKey:
     return tuple(sorted(labels.items()))
 
 
+def version_key(v: Any) -> tuple[int, ...]:
+    """'2.3.5' -> (2, 3, 5); an HPE ROM 'U58 v1.50' compares by its version (1, 50)."""
+    text = re.sub(r"^[A-Za-z]\d+\s+v?", "", str(v).strip())
+    return tuple(int(x) for x in re.findall(r"\d+", text))
+
+
 def compare(op: str, value: Value, limit: Any) -> bool:
     if value is None:
         return False
+    if op == "ver>=":
+        have, want = version_key(value), version_key(limit)
+        return bool(have) and have >= want
     if op == "~":
         return re.search(str(limit), str(value)) is not None
     if op == "in":

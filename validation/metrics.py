@@ -107,6 +107,22 @@ _CORE: list[Metric] = [
     # kernel
     _m("kernel.cmdline_token", "", "token present on the kernel command line", "equal"),
     _m("kernel.nouveau_loaded", "", "nouveau module loaded", "equal"),
+    # out of band (BMC, Redfish; measured by the controller, rackready/oob.py) -- issue 17
+    _m("bmc.firmware.version", "", "firmware version by component (bios, bmc, cpld, hgx, gpu, "
+       "nic, drive, psu; labelled); judged only where the profile sets a minimum", "higher",
+       judged=False),
+    _m("bmc.psu.redundancy", "", "PSU redundancy group health as the BMC reports it", "equal"),
+    _m("bmc.psu.health", "", "power supply health (Redfish Status.Health)", "equal"),
+    _m("bmc.fan.health", "", "fan health (Redfish Status.Health)", "equal"),
+    _m("bmc.sensor.health", "", "temperature/voltage sensor health against the BMC's own "
+       "thresholds", "equal"),
+    _m("bmc.temperature.margin", "C", "the BMC's upper critical threshold less the reading",
+       "higher"),
+    _m("bmc.voltage.in_range", "", "voltage within the BMC's critical thresholds", "equal"),
+    _m("bmc.log.critical_new", "", "critical BMC log entries (SEL, Lifecycle, IML, IEL) since "
+       "provisioning", "lower"),
+    _m("bmc.power_on_hours", "h", "hours the system has been powered on", "lower",
+       judged=False),
     # run-level
     _m("check.status", "", "how a check ended (ok/skipped/error/timeout)", "equal"),
 ]

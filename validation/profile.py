@@ -22,7 +22,8 @@ from validation import metrics
 from validation.model import Threshold
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
-OPS = (">=", "<=", "==", "!=", "in", "~")  # "~": string matches a regular expression
+OPS = (">=", "<=", "==", "!=", "in", "~", "ver>=")  # "~": string matches a regular expression
+# "ver>=": firmware version at least (dotted numbers, validation.judge.version_key)
 
 # limits a lab variant may tighten but never loosen: they guard health, not speed
 HEALTH_PREFIXES = (

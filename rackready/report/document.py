@@ -139,6 +139,9 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
                       generated: str) -> dict[str, Any]:
     r = node.result
     j = node.judgement
+    bmc = j.get("bmc") if isinstance(j.get("bmc"), dict) else None
+    if bmc and isinstance(bmc.get("check"), dict):  # the controller's out-of-band check
+        r = {**r, "checks": [*r.get("checks", []), bmc["check"]]}
     checks = [{
         "check": c["check"], "status": c["status"],
         "duration_s": float(c.get("duration_s", 0.0)), "message": c.get("message", ""),
@@ -170,6 +173,7 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "complete": node.complete,
         "problems": list(node.problems),
         "inventory": r.get("inventory") if isinstance(r.get("inventory"), dict) else {},
+        **({"bmc": {k: v for k, v in bmc.items() if k != "check"}} if bmc else {}),
         "thresholds": list(j.get("thresholds", [])),
         "checks": checks,
         "verdicts": _verdict_rows(j),

@@ -91,7 +91,7 @@ def render_node_html(doc: dict[str, Any]) -> str:
         figures=_figures(views.node_figures(doc)), appendix=appendix,
         references=refs.items(), unjudged=views.unjudged(doc),
         series_counts=views.series_counts(doc), inventory=inventory_view(doc["inventory"]),
-        signoff=views.signoff(doc),
+        signoff=views.signoff(doc), bmc=views.bmc_view(doc),
         n_fail=sum(1 for v in doc["verdicts"] if v["outcome"] == "fail"),
         n_pass=sum(1 for v in doc["verdicts"] if v["outcome"] == "pass"),
         n_na=sum(1 for v in doc["verdicts"] if v["outcome"] == "not_applicable"),

@@ -151,6 +151,7 @@ def identity(doc: dict[str, Any]) -> list[tuple[str, str]]:
         soft = [("driver", doc["tool_versions"]["nvidia_driver"])]
     if soft:
         rows.append(("Software", " · ".join(f"{n} {v}" for n, v in soft)))
+    rows += bmc_identity(doc)
     rows.append(("Run", str(doc.get("run_id", ""))))
     took = duration(doc.get("started"), doc.get("finished"))
     start, end = fmt_time(doc.get("started")), fmt_time(doc.get("finished"))
@@ -163,6 +164,71 @@ def identity(doc: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("Judged by", f"{judge['by']} against {judge.get('profile') or '—'}"
                      + (f" (profile sha256 {sha[:12]}…)" if sha else "")))
     return [(k, naming.clean(v)) for k, v in rows]
+
+
+# ---------------------------------------------------------------- out of band (issue 17)
+
+# firmware components in the order a technician reads them
+_FW_ORDER = ("bios", "bmc", "cpld", "hgx", "gpu", "nic", "drive", "psu", "other")
+_FW_NAMES = {"bios": "BIOS", "bmc": "BMC", "cpld": "CPLD", "hgx": "HGX baseboard",
+             "gpu": "GPU VBIOS", "nic": "NIC", "drive": "drive", "psu": "PSU",
+             "other": "other"}
+
+
+def bmc_identity(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """System identity and firmware as the BMC reported them (page 1)."""
+    bmc = doc.get("bmc") or {}
+    ident = bmc.get("identity") or {}
+    if not ident:
+        if bmc.get("problem"):
+            return [("BMC", f"not read: {bmc['problem']}")]
+        return []
+    rows = []
+    what = " ".join(x for x in (ident.get("manufacturer"), ident.get("model")) if x)
+    extra = [f"serial {ident['serial']}" for _ in [0] if ident.get("serial")]
+    if ident.get("service_tag"):
+        extra.append(f"service tag {ident['service_tag']}")
+    if ident.get("chassis_serial") and ident.get("chassis_serial") != ident.get("serial"):
+        extra.append(f"chassis {ident.get('chassis_model') or ''} {ident['chassis_serial']}")
+    rows.append(("System (BMC)", (what or "?") + (f" ({', '.join(extra)})" if extra else "")))
+    by: dict[str, list[str]] = {}
+    for fw in ident.get("firmware") or []:
+        versions = by.setdefault(str(fw.get("component") or "other"), [])
+        if fw.get("version") and str(fw["version"]) not in versions:
+            versions.append(str(fw["version"]))
+    parts = [f"{_FW_NAMES.get(c, c)} {' / '.join(by[c])}" for c in _FW_ORDER if by.get(c)]
+    if parts:
+        rows.append(("Firmware", " · ".join(parts)))
+    psus = ident.get("psus") or []
+    if psus:
+        models = sorted({str(p.get("model") or "?") for p in psus})
+        serials = ", ".join(str(p.get("serial") or "?") for p in psus)
+        rows.append(("Power supplies", f"{len(psus)} × {' / '.join(models)} (serials {serials})"))
+    if ident.get("power_on_hours") is not None:
+        rows.append(("Power-on hours", f"{ident['power_on_hours']:g} h"))
+    return rows
+
+
+def bmc_view(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The appendix of BMC facts: every firmware item and the log before handoff."""
+    bmc = doc.get("bmc")
+    if not isinstance(bmc, dict):
+        return None
+    ident = bmc.get("identity") or {}
+    c = naming.clean
+
+    def row(d: dict[str, Any], *keys: str) -> tuple[str, ...]:
+        return tuple(c(d.get(k, "")) for k in keys)
+
+    return {
+        "address": c(bmc.get("address") or ""), "problem": c(bmc.get("problem") or ""),
+        "since": c(bmc.get("since") or ""), "since_source": c(bmc.get("since_source") or ""),
+        "firmware": [(_FW_NAMES.get(str(f.get("component")), c(f.get("component"))),
+                      *row(f, "name", "version")) for f in ident.get("firmware") or []],
+        "psus": [row(p, "name", "model", "serial", "firmware") for p in ident.get("psus") or []],
+        "log": [row(e, "created", "log", "severity", "message", "sensor")
+                for e in bmc.get("log_excerpt") or []],
+    }
 
 
 # ---------------------------------------------------------------- provenance references

@@ -120,7 +120,7 @@ def notifies(role: Path) -> bool:
 def layout_problems(role: Path) -> list[str]:
     """vars/main.yml plus per-distribution overrides only where they differ; the OS
     refusal comes from the os_support dependency, never a copied task file."""
-    if role.name == "os_support":
+    if role.name in ("os_support", "bios"):  # bios talks to the BMC, never to the node's OS
         return []
     problems = []
     deps = [d.get("role", d) if isinstance(d, dict) else d
@@ -187,12 +187,15 @@ def test_handlers_use_listen_topics(role: Path):
 def test_site_imports_one_tagged_playbook_per_stage():
     site = load(ROOT / "playbooks/site.yml")
     stages = [Path(p["ansible.builtin.import_playbook"]).stem for p in site]
-    assert stages == ["baseline", "driver", "fabric", "cuda", "nccl", "dcgm", "rdma",
+    assert stages == ["bios", "baseline", "driver", "fabric", "cuda", "nccl", "dcgm", "rdma",
                       "storage", "validation_tools"]
     for stage in stages:
         (play,) = load(ROOT / "playbooks" / f"{stage}.yml")
         assert play["tags"] == [stage]
         assert play["hosts"] == "all:!staging"
+    # out of band: the bios stage never contacts the node's OS (no facts, no SSH)
+    (bios_play,) = load(ROOT / "playbooks" / "bios.yml")
+    assert bios_play["gather_facts"] is False
 
 
 def test_rack1_inventory_shape_and_no_plain_secrets():

@@ -25,6 +25,7 @@ from validation.model import Measurement
 NEEDS = (
     "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
     "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
+    "bmc",  # out of band: the controller reads the BMC (rackready/oob.py), no node check
 )
 LEVELS = ("quick", "standard", "burnin")
 
