@@ -39,7 +39,8 @@ part() {
   printf '%s\t%s\t%s\n' "$name" "$((SECONDS - t0))" "$rc" | tee -a "$W/timing.tsv"
   return $rc
 }
-tr() { python3 -m torch.distributed.run --standalone --nproc-per-node "$N" "$@"; }
+# torchrun on every GPU of this machine, as a command line (part runs it under timeout)
+TR=(python3 -m torch.distributed.run --standalone --nproc-per-node "$N")
 
 if want env; then
   {
@@ -115,27 +116,27 @@ fi
 # --- rackready's collectives: the same sizes and flags, both modes; eager (what the check
 # runs), then the same loop captured as a CUDA graph (no torch call cost), in its own process
 if want coll; then
-  part collectives 180 tr -m validation.workloads.collectives --out "$W/coll" \
+  part collectives 180 "${TR[@]}" -m validation.workloads.collectives --out "$W/coll" \
     --sizes 64M:4G:x4 --modes out_of_place,in_place --warmup 5 --iters 20 --repeats 3 --pair-size 0
-  part collectives_graph 180 tr -m validation.workloads.collectives --out "$W/coll_graph" \
+  part collectives_graph 180 "${TR[@]}" -m validation.workloads.collectives --out "$W/coll_graph" \
     --sizes 64M:4G:x4 --modes out_of_place,in_place --graph on --warmup 5 --iters 20 --repeats 3 \
     --pair-size 0
 fi
 
 if want gemm; then
   mkdir -p "$W/bare"
-  part gemm_bare 60 tr bench/gemm_bare.py "$W/bare" 16384 20
-  part gemm_burnin 90 tr -m validation.workloads.gemm_burnin --out "$W/gemm" --duration-s 25 \
+  part gemm_bare 60 "${TR[@]}" bench/gemm_bare.py "$W/bare" 16384 20
+  part gemm_burnin 90 "${TR[@]}" -m validation.workloads.gemm_burnin --out "$W/gemm" --duration-s 25 \
     --fp8-share 0 --ramp-s 5 --side 16384
 fi
-want hbm && part hbm 120 tr -m validation.workloads.hbm --out "$W/hbm" --bits 0:64:8 --random-passes 1
-want xfer && part transfers 60 tr -m validation.workloads.transfers --out "$W/xfer"
+want hbm && part hbm 120 "${TR[@]}" -m validation.workloads.hbm --out "$W/hbm" --bits 0:64:8 --random-passes 1
+want xfer && part transfers 60 "${TR[@]}" -m validation.workloads.transfers --out "$W/xfer"
 
 # --- the reference job at torchtitan's shape: llama3-8b, seq 8192, batch 1, compiled ---
 if want fsdp; then
-  part fsdp8b_none 200 tr -m validation.workloads.fsdp_train --out "$W/fsdp8b_none" \
+  part fsdp8b_none 200 "${TR[@]}" -m validation.workloads.fsdp_train --out "$W/fsdp8b_none" \
     --shape llama3-8b --seq 8192 --steps 12 --timing-skip 4 --ac none --compile --peak-tflops $PEAK
-  part fsdp8b_selective 200 tr -m validation.workloads.fsdp_train --out "$W/fsdp8b_selective" \
+  part fsdp8b_selective 200 "${TR[@]}" -m validation.workloads.fsdp_train --out "$W/fsdp8b_selective" \
     --shape llama3-8b --seq 8192 --steps 10 --timing-skip 4 --ac selective --compile --peak-tflops $PEAK
 fi
 
@@ -160,7 +161,7 @@ if want titan; then
 import json, sys; from datasets import _synthetic
 sys.stdout.write("".join(json.dumps(r) + "\n" for r in _synthetic(20000)))' > "$W/c4_test/data.json"
     for ac in none selective; do
-      (cd "$SRC/torchtitan" && PYTHONPATH="$TT_PATH" part "titan_$ac" 200 tr -m torchtitan.train \
+      (cd "$SRC/torchtitan" && PYTHONPATH="$TT_PATH" part "titan_$ac" 200 "${TR[@]}" -m torchtitan.train \
         --job.config_file torchtitan/models/llama3/train_configs/llama3_8b.toml \
         --job.dump_folder "$W/titan-out-$ac" --training.steps 12 --training.dataset c4_test \
         --training.dataset_path "$W/c4_test" --model.hf_assets_path tests/assets/tokenizer \

@@ -39,7 +39,10 @@ from validation.workloads.llama import SHAPES, Llama, flops_per_token, init_weig
 GiB = 1 << 30
 # torchtitan's llama3 recipes peak at 3e-4; the tiny CPU model (dim 64) learns
 # visibly within a lab run's 16 steps only with a larger step
-PEAK_LR = {"tiny": 3e-3}
+# Peak learning rate per shape. On 2x H200 the llama3 shapes at torchtitan's 3e-4 learned the
+# synthetic chains within 4 steps and then spiked (1b: grad norm 40 at step 9, loss 1.9 -> 4.5;
+# bench/results/h200x2-2026-12-01.md); 5e-5 keeps the short job's curve falling.
+PEAK_LR = {"tiny": 3e-3, "llama3-1b": 5e-5, "llama3-8b": 5e-5}
 
 
 AC_HELP = "activation checkpointing: none, full, selective (= selective:op), selective:K, every:K"
