@@ -107,6 +107,34 @@ _CORE: list[Metric] = [
     # kernel
     _m("kernel.cmdline_token", "", "token present on the kernel command line", "equal"),
     _m("kernel.nouveau_loaded", "", "nouveau module loaded", "equal"),
+    # issue 16 (w16n): NVSwitch SXids, NVMe SMART health, host DIMMs/EDAC/MCE, host bandwidth
+    _m("nvswitch.sxid_fatal", "", "fatal (or unclassified) NVSwitch SXid events since boot",
+       "lower"),
+    _m("nvswitch.sxid_nonfatal", "", "non-fatal NVSwitch SXid events since boot", "lower"),
+    _m("nvme.critical_warning", "", "NVMe SMART critical warning bits (0 = none)", "equal"),
+    _m("nvme.media_errors", "", "NVMe media and data integrity errors, lifetime", "lower"),
+    _m("nvme.percentage_used", "%", "NVMe endurance used (vendor estimate, may pass 100)",
+       "lower"),
+    _m("nvme.temperature", "C", "NVMe composite temperature", "lower"),
+    _m("nvme.error_log_entries", "", "NVMe error information log entries, lifetime", "lower",
+       judged=False),
+    _m("host.dimm_count", "", "DIMMs fitted (SMBIOS memory devices with a size)", "equal"),
+    _m("host.memory_total_gib", "GiB", "host memory, sum of the DIMMs", "equal"),
+    _m("host.dimm_size_gib", "GiB", "size of one DIMM", "equal"),
+    _m("host.dimm_speed_mts", "MT/s", "speed the memory controller runs a DIMM at (configured)",
+       "higher"),
+    _m("host.dimm_part", "", "DIMM part number", "equal", judged=False),
+    _m("host.edac_controllers", "", "EDAC memory controllers the kernel registered", "equal",
+       judged=False),
+    _m("host.edac_uncorrected", "", "uncorrected memory errors (EDAC) since boot, per DIMM",
+       "lower"),
+    _m("host.edac_corrected", "", "corrected memory errors (EDAC) since boot, per DIMM", "lower"),
+    _m("host.mce_uncorrected", "", "uncorrected machine-check / firmware-first hardware errors "
+       "in the kernel log since boot", "lower"),
+    _m("host.mce_corrected", "", "corrected machine-check events in the kernel log since boot",
+       "lower", judged=False),
+    _m("host.membw_triad", "GB/s", "host memory bandwidth of one NUMA node, STREAM triad "
+       "convention (3 x 8 B per element, 1e9 B/s)", "higher"),
     # run-level
     _m("check.status", "", "how a check ended (ok/skipped/error/timeout)", "equal"),
 ]

@@ -25,6 +25,9 @@ from validation.model import Measurement
 NEEDS = (
     "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
     "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
+    # issue 16 (w16n): the whole physical host (its SMBIOS DIMM table, every memory
+    # channel), not a VM slice of it: DIMM inventory and memory bandwidth
+    "bare-metal",
 )
 LEVELS = ("quick", "standard", "burnin")
 
@@ -90,6 +93,10 @@ _CHECK_MODULES = (
     "validation.checks.kernel",
     "validation.checks.dcgm",
     "validation.checks.rdma_perf",
+    # issue 16 (w16n): NVSwitch SXids, NVMe SMART, host DIMMs/EDAC/MCE/bandwidth
+    "validation.checks.nvswitch",
+    "validation.checks.nvme_health",
+    "validation.checks.host",
     "validation.checks.health_delta",  # last: reads the end-of-run counters
 )
 
