@@ -103,9 +103,10 @@ def component(labels: dict[str, str]) -> str:
 
 _REMEDIATION: list[tuple[str, str]] = [
     # issue 16 (w16n), first: "xid" below would catch nvswitch.sxid_*
-    (r"^nvswitch\.sxid", "look up the SXid in the Fabric Manager user guide; reset the "
-                         "baseboard (power-cycle the node) and re-run; if it recurs, replace "
-                         "the HGX baseboard holding {c} (vendor service)"),
+    (r"^nvswitch\.sxid|^health\.delta\.sxid",
+     "look up the SXid in the Fabric Manager user guide; reset the baseboard (power-cycle "
+     "the node) and re-run; if it recurs, replace the HGX baseboard holding {c} (vendor "
+     "service)"),
     (r"^nvme\.(critical_warning|media_errors|percentage_used)$",
      "replace {c}: the drive reports failing media, a critical warning or worn-out endurance"),
     (r"^nvme\.temperature$", "check airflow and the drive bay fans for {c}"),
@@ -116,10 +117,12 @@ _REMEDIATION: list[tuple[str, str]] = [
                                   "and sizes (a DIMM missing or of the wrong size) on {c}"),
     (r"^host\.dimm_speed_mts$", "{c} runs below the profile's speed: check the BIOS memory "
                                 "frequency setting and that every DIMM is the ordered part"),
-    (r"^host\.edac_", "replace {c} (memory errors); where the name is not a slot (an EDAC "
-                      "label), the BMC's hardware log (SEL / Lifecycle / IML) names it"),
-    (r"^host\.mce_", "{c}: find the failing DIMM or CPU in the BMC's hardware log (SEL / "
-                     "Lifecycle / IML) and the EDAC verdicts, then replace it"),
+    (r"^host\.edac_|^health\.delta\.edac_",
+     "replace {c} (memory errors); where the name is not a slot (an EDAC label), the "
+     "BMC's hardware log (SEL / Lifecycle / IML) names it"),
+    (r"^host\.mce_|^health\.delta\.mce_",
+     "{c}: find the failing DIMM or CPU in the BMC's hardware log (SEL / Lifecycle / IML) "
+     "and the EDAC verdicts, then replace it"),
     (r"^host\.membw", "memory bandwidth low on {c}: check every channel has its DIMMs, the "
                       "BIOS memory settings (speed, SNC, power profile) and background load"),
     (r"^gpu\.count$", "a GPU is missing: find its bus id in dmesg, reseat it (or the baseboard "

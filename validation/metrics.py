@@ -151,6 +151,12 @@ HEALTH_COUNTERS: dict[str, str] = {
     "nvlink_crc": "NVLink CRC errors",
     "ib_errors": "IB port error counters (symbol, link downed, rcv errors ...)",
 }
+# issue 16 (w16n)
+HEALTH_COUNTERS.update({
+    "sxid": "NVSwitch SXid events (fatal and non-fatal)",
+    "edac_uncorrected": "uncorrected host memory errors (EDAC)",
+    "mce_uncorrected": "uncorrected machine checks",
+})
 for _key, _what in HEALTH_COUNTERS.items():
     _CORE.append(
         _m(f"health.delta.{_key}", "", f"increase during the run: {_what}", "lower",

@@ -376,3 +376,28 @@ def host_measure(name, value, labels):
     from validation.checks.common import m
 
     return m(name, value, labels)
+
+
+def test_health_delta_catches_sxids_and_memory_errors_during_the_run(tmp_path):
+    from validation.checks.health_delta import read_counters
+
+    ctx = make_ctx(tmp_path)
+    _switch_root(ctx, ["0000:c2:00.0", "0000:c3:00.0"])
+    dimm = ctx.path("/sys/devices/system/edac/mc/mc0/dimm0")
+    _write(dimm / "dimm_label", "A1")
+    _write(dimm / "dimm_ue_count", 0)
+    # an SXid and a corrected MCE from before the run: already there at the start, no delta
+    ctx.path("/var/log/kern.log").write_text(SXID_LOG.splitlines()[0] + "\n")
+    ctx.cache["health.start"] = read_counters(ctx)
+    _write(dimm / "dimm_ue_count", 1)
+    ctx.path("/var/log/kern.log").write_text(
+        SXID_LOG.splitlines()[0] + "\n" + SXID_LOG.splitlines()[0].replace("c2:00.0", "c3:00.0")
+        .replace("nvswitch0", "nvswitch1") + "\n"
+        + "[ 1204.0] mce: [Hardware Error]: CPU 0: Machine Check Exception: 5 Bank 4: b200000000070f0f\n")
+    res = run("health.delta", ctx)
+    bad = sorted((v.metric, v.value, v.message) for v in judge([res], ctx.profile)
+                 if v.outcome == "fail" and v.metric.startswith("health.delta."))
+    assert [(m, val) for m, val, _ in bad] == [("health.delta.edac_uncorrected", 1.0),
+                                              ("health.delta.mce_uncorrected", 1.0),
+                                              ("health.delta.sxid", 1.0)]
+    assert "DIMM slot A1" in bad[0][2] and "NVSwitch 1 (PCI 0000:c3:00.0)" in bad[2][2]

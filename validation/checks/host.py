@@ -80,3 +80,22 @@ def host_membw(ctx: Context) -> Iterator[Measurement]:
         yield m("host.membw_triad", r.best_gbs,
                 {"numa": str(r.node), "cores": str(r.threads),
                  "array_mib": str(r.array_bytes >> 20)})
+
+
+def health_counters(ctx: Context) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Issue 16's counters for health.delta (start and end of the run): SXids per switch
+    the driver lists, uncorrected EDAC errors per DIMM, uncorrected machine checks. The
+    checks above run before the workloads; these catch what the burn-in breaks."""
+    from validation.checks.nvswitch import nvswitches
+    from validation.probes.nvswitch import bus_key, parse_sxids
+
+    log = kernel_log(ctx)
+    sxids = parse_sxids(log)
+    for bus, minor in nvswitches(ctx).items():
+        yield "sxid", {"nvswitch": minor, "bus_id": bus}, sum(bus_key(e.bus) == bus
+                                                                 for e in sxids)
+    for mc in read_edac(ctx.path(EDAC_MC)):
+        for d in mc.dimms:
+            yield "edac_uncorrected", {"dimm": d.label or f"{mc.name} {d.name}",
+                                       "edac": f"{mc.name}/{d.name}"}, d.ue
+    yield "mce_uncorrected", {}, sum(bool(e.uncorrected) for e in parse_hw_errors(log))
