@@ -401,3 +401,13 @@ def test_health_delta_catches_sxids_and_memory_errors_during_the_run(tmp_path):
                                               ("health.delta.mce_uncorrected", 1.0),
                                               ("health.delta.sxid", 1.0)]
     assert "DIMM slot A1" in bad[0][2] and "NVSwitch 1 (PCI 0000:c3:00.0)" in bad[2][2]
+
+
+def test_a_gpu_slice_is_not_the_bare_metal_host():
+    from validation.profile import load_profile, scope
+
+    full = load_profile("xe9680-h200")
+    assert "bare-metal" in full.requires
+    assert "bare-metal" in scope(full, gpus=8).requires
+    assert "bare-metal" not in scope(full, gpus=2).requires
+    assert "bare-metal" not in scope(full, without=("bare-metal",)).requires

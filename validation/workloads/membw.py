@@ -25,6 +25,7 @@ SYS_CPU = Path("/sys/devices/system/cpu")
 BLOCK = 1 << 17  # elements per block: 1 MiB of float64, stays in L2
 MIN_ARRAY_BYTES = 64 << 20
 MAX_ARRAY_BYTES = 2 << 30
+BARRIER_TIMEOUT_S = 120.0
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -102,7 +103,9 @@ def triad_node(node: int, cpus: list[int], array_bytes: int, reps: int = 5) -> T
     cpus = one_per_core(cpus)
     n_threads = len(cpus)
     per = max(BLOCK, array_bytes // 8 // n_threads)
-    start, done = threading.Barrier(n_threads + 1), threading.Barrier(n_threads + 1)
+    # a timeout breaks the barriers (BrokenBarrierError) rather than hanging the check
+    start = threading.Barrier(n_threads + 1, timeout=BARRIER_TIMEOUT_S)
+    done = threading.Barrier(n_threads + 1, timeout=BARRIER_TIMEOUT_S)
     errors: list[BaseException] = []
 
     def worker(cpu: int) -> None:
@@ -117,12 +120,15 @@ def triad_node(node: int, cpus: list[int], array_bytes: int, reps: int = 5) -> T
             a = b = c = tmp = None
         for _ in range(reps):
             start.wait()
-            if a is not None:
-                for i in range(0, per, BLOCK):
-                    j = min(per, i + BLOCK)
-                    t = tmp[: j - i]
-                    np.multiply(c[i:j], 3.0, out=t)
-                    np.add(b[i:j], t, out=a[i:j])
+            if a is not None and not errors:
+                try:
+                    for i in range(0, per, BLOCK):
+                        j = min(per, i + BLOCK)
+                        t = tmp[: j - i]
+                        np.multiply(c[i:j], 3.0, out=t)
+                        np.add(b[i:j], t, out=a[i:j])
+                except BaseException as exc:  # noqa: BLE001  reported by the caller
+                    errors.append(exc)
             done.wait()
 
     threads = [threading.Thread(target=worker, args=(c,), daemon=True) for c in cpus]
