@@ -12,13 +12,31 @@ HARDWARE_CHECKS = (
     "pcie.gpu_link", "pcie.nic_link", "pcie.numa", "pcie.acs", "fabric.state", "fabric.manager",
     "network.ports", "network.roce_qos", "network.peermem", "storage.nvme", "storage.raid",
     "kernel.cmdline", "kernel.nouveau", "health.delta",
+    # issue 16 (w16n)
+    "nvswitch.sxid", "storage.nvme_health", "host.dimms", "host.memory_errors",
 )
+
+# issue 16 (w16n): host-side faults (rackready/lab/hwsim/faults_host.py) -> (checks, names)
+HOST_FAULT_EXPECTATIONS = {
+    "sxid": lambda c: (("nvswitch.sxid",), [f"NVSwitch {c['index']}", c["bus_id"]]),
+    "nvme-media-errors": lambda c: (("storage.nvme_health",),
+                                    [f"serial {c['serial']}", "nvme.media_errors"]),
+    "nvme-wear-out": lambda c: (("storage.nvme_health",),
+                                [f"serial {c['serial']}", "nvme.percentage_used"]),
+    # the empty slot is named by the count's message (SMBIOS lists the slot with no module)
+    "dimm-missing": lambda c: (("host.dimms",), [f"empty DIMM slots {c['locator']}",
+                                                 "host.dimm_count = 31"]),
+    "edac-uncorrectable": lambda c: (("host.memory_errors",),
+                                     [f"DIMM slot {c['locator']}", "host.edac_uncorrected"]),
+}
 
 
 def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
                      ) -> tuple[tuple[str, ...], list[str]]:
     """(checks expected to fail, strings that name the faulted part) for one fault record.
     raid=False: the node has no md RAID to break (the lab), so the drive count tells."""
+    if kind in HOST_FAULT_EXPECTATIONS:  # issue 16 (w16n)
+        return HOST_FAULT_EXPECTATIONS[kind](comp)
     if comp["type"] == "gpu":
         gpu = [f"serial {comp['serial']}", comp["bus_id"]]
         return {

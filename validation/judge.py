@@ -80,6 +80,22 @@ def component(labels: dict[str, str]) -> str:
     if "component" in labels:  # BMC firmware inventory (issue 17)
         parts.append(f"{labels['component']} firmware"
                      + (f" ({labels['item']})" if labels.get("item") else ""))
+    # issue 16 (w16n): NVSwitch, NVMe drive by serial, DIMM slot, machine-check site, NUMA
+    if "nvswitch" in labels:
+        parts.append(f"NVSwitch {labels['nvswitch']}"
+                     + (f" (PCI {labels['bus_id']})" if labels.get("bus_id") else ""))
+    if "drive" in labels:
+        parts.append(f"NVMe drive {labels['drive']} (serial {labels.get('serial', 'unknown')})")
+    if "dimm" in labels:
+        parts.append(f"DIMM slot {labels['dimm']}"
+                     + (f" (serial {labels['serial']})" if labels.get("serial") else "")
+                     + (f" (EDAC {labels['edac']})" if labels.get("edac") else ""))
+    if "empty_slots" in labels:
+        parts.append(f"empty DIMM slots {labels['empty_slots']}")
+    if "mce_at" in labels:
+        parts.append(f"hardware error at {labels['mce_at']}")
+    if "numa" in labels:
+        parts.append(f"NUMA node {labels['numa']}")
     for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
                       ("array", "md array"), ("token", "kernel parameter"),
                       ("module", "module"),
@@ -93,6 +109,29 @@ def component(labels: dict[str, str]) -> str:
 
 
 _REMEDIATION: list[tuple[str, str]] = [
+    # issue 16 (w16n), first: "xid" below would catch nvswitch.sxid_*
+    (r"^nvswitch\.sxid|^health\.delta\.sxid",
+     "look up the SXid in the Fabric Manager user guide; reset the baseboard (power-cycle "
+     "the node) and re-run; if it recurs, replace the HGX baseboard holding {c} (vendor "
+     "service)"),
+    (r"^nvme\.(critical_warning|media_errors|percentage_used)$",
+     "replace {c}: the drive reports failing media, a critical warning or worn-out endurance"),
+    (r"^nvme\.temperature$", "check airflow and the drive bay fans for {c}"),
+    (r"^host\.dimm_count$", "a DIMM is missing or not detected: reseat or fit a DIMM in {c} "
+                            "(BIOS/BMC memory inventory), then re-run"),
+    (r"^host\.dimm_size_gib$", "wrong DIMM fitted: compare {c} with the order and replace it"),
+    (r"^host\.memory_total_gib$", "host memory differs from the order: see the DIMM count "
+                                  "and sizes (a DIMM missing or of the wrong size) on {c}"),
+    (r"^host\.dimm_speed_mts$", "{c} runs below the profile's speed: check the BIOS memory "
+                                "frequency setting and that every DIMM is the ordered part"),
+    (r"^host\.edac_|^health\.delta\.edac_",
+     "replace {c} (memory errors); where the name is not a slot (an EDAC label), the "
+     "BMC's hardware log (SEL / Lifecycle / IML) names it"),
+    (r"^host\.mce_|^health\.delta\.mce_",
+     "{c}: find the failing DIMM or CPU in the BMC's hardware log (SEL / Lifecycle / IML) "
+     "and the EDAC verdicts, then replace it"),
+    (r"^host\.membw", "memory bandwidth low on {c}: check every channel has its DIMMs, the "
+                      "BIOS memory settings (speed, SNC, power profile) and background load"),
     (r"^gpu\.count$", "a GPU is missing: find its bus id in dmesg, reseat it (or the baseboard "
                       "cable) and check its power; RMA if it stays missing"),
     (r"^gpu\.(model|memory_total)$", "wrong part installed: compare with the order and "

@@ -123,6 +123,34 @@ _CORE: list[Metric] = [
        "provisioning", "lower"),
     _m("bmc.power_on_hours", "h", "hours the system has been powered on", "lower",
        judged=False),
+    # issue 16 (w16n): NVSwitch SXids, NVMe SMART health, host DIMMs/EDAC/MCE, host bandwidth
+    _m("nvswitch.sxid_fatal", "", "fatal (or unclassified) NVSwitch SXid events since boot",
+       "lower"),
+    _m("nvswitch.sxid_nonfatal", "", "non-fatal NVSwitch SXid events since boot", "lower"),
+    _m("nvme.critical_warning", "", "NVMe SMART critical warning bits (0 = none)", "equal"),
+    _m("nvme.media_errors", "", "NVMe media and data integrity errors, lifetime", "lower"),
+    _m("nvme.percentage_used", "%", "NVMe endurance used (vendor estimate, may pass 100)",
+       "lower"),
+    _m("nvme.temperature", "C", "NVMe composite temperature", "lower"),
+    _m("nvme.error_log_entries", "", "NVMe error information log entries, lifetime", "lower",
+       judged=False),
+    _m("host.dimm_count", "", "DIMMs fitted (SMBIOS memory devices with a size)", "equal"),
+    _m("host.memory_total_gib", "GiB", "host memory, sum of the DIMMs", "equal"),
+    _m("host.dimm_size_gib", "GiB", "size of one DIMM", "equal"),
+    _m("host.dimm_speed_mts", "MT/s", "speed the memory controller runs a DIMM at (configured)",
+       "higher"),
+    _m("host.dimm_part", "", "DIMM part number", "equal", judged=False),
+    _m("host.edac_controllers", "", "EDAC memory controllers the kernel registered", "equal",
+       judged=False),
+    _m("host.edac_uncorrected", "", "uncorrected memory errors (EDAC) since boot, per DIMM",
+       "lower"),
+    _m("host.edac_corrected", "", "corrected memory errors (EDAC) since boot, per DIMM", "lower"),
+    _m("host.mce_uncorrected", "", "uncorrected machine-check / firmware-first hardware errors "
+       "in the kernel log since boot", "lower"),
+    _m("host.mce_corrected", "", "corrected machine-check events in the kernel log since boot",
+       "lower", judged=False),
+    _m("host.membw_triad", "GB/s", "host memory bandwidth of one NUMA node, STREAM triad "
+       "convention (3 x 8 B per element, 1e9 B/s)", "higher"),
     # run-level
     _m("check.status", "", "how a check ended (ok/skipped/error/timeout)", "equal"),
 ]
@@ -139,6 +167,12 @@ HEALTH_COUNTERS: dict[str, str] = {
     "nvlink_crc": "NVLink CRC errors",
     "ib_errors": "IB port error counters (symbol, link downed, rcv errors ...)",
 }
+# issue 16 (w16n)
+HEALTH_COUNTERS.update({
+    "sxid": "NVSwitch SXid events (fatal and non-fatal)",
+    "edac_uncorrected": "uncorrected host memory errors (EDAC)",
+    "mce_uncorrected": "uncorrected machine checks",
+})
 for _key, _what in HEALTH_COUNTERS.items():
     _CORE.append(
         _m(f"health.delta.{_key}", "", f"increase during the run: {_what}", "lower",

@@ -29,6 +29,9 @@ OPS = (">=", "<=", "==", "!=", "in", "~", "ver>=")  # "~": string matches a regu
 HEALTH_PREFIXES = (
     "health.", "gpu.ecc_", "gpu.remapped_", "gpu.retired_", "gpu.xid_", "nvlink.replay",
     "nvlink.recovery", "nvlink.crc", "raid.degraded",
+    # issue 16 (w16n)
+    "nvswitch.sxid", "nvme.critical_warning", "nvme.media_errors", "nvme.percentage_used",
+    "host.edac_", "host.mce_",
 )
 
 
@@ -417,6 +420,8 @@ def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = 
             if t.metric != "nvlink.pair_links" or (t.labels or {}).get("pair") in pairs
         ]
     requires = profile.requires - set(without)
+    if gpus is not None and gpus < int(profile.inventory.get("gpu", {}).get("count", 0)):
+        requires -= {"bare-metal"}  # issue 16 (w16n): a GPU slice is a VM, not the chassis
     if gpus == 1:
         requires -= {"multi-gpu"}
     return replace(profile, inventory=inv, thresholds=tuple(thresholds),

@@ -25,7 +25,8 @@ def test_fault_is_pure_recorded_and_healed(base: dict, kind: str) -> None:
     assert repr(base) == before  # input untouched
     assert faulted != base
     rec = faulted["faults"][-1]
-    assert rec["kind"] == kind and rec["component"]["type"] in ("gpu", "nic", "nvme", "service")
+    assert rec["kind"] == kind and rec["component"]["type"] in ("gpu", "nic", "nvme", "service",
+                                                             "nvswitch", "dimm")
     assert heal(faulted) == base
 
 

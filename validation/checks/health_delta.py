@@ -49,6 +49,11 @@ def read_counters(ctx: Context) -> dict[Key, float]:
                     put(f"nvlink_{kind}", lab, counters.get(kind))
     for port, value in ib_error_counters(ctx).items():
         put("ib_errors", {"port": port}, value)
+    # issue 16 (w16n): SXids, uncorrected EDAC errors, uncorrected machine checks
+    from validation.checks.host import health_counters
+
+    for counter, lab, value in health_counters(ctx):
+        put(counter, lab, value)
     return out
 
 

@@ -26,6 +26,9 @@ NEEDS = (
     "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
     "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
     "bmc",  # out of band: the controller reads the BMC (rackready/oob.py), no node check
+    # issue 16 (w16n): the whole physical host (its SMBIOS DIMM table, every memory
+    # channel), not a VM slice of it: DIMM inventory and memory bandwidth
+    "bare-metal",
 )
 LEVELS = ("quick", "standard", "burnin")
 
@@ -91,6 +94,10 @@ _CHECK_MODULES = (
     "validation.checks.kernel",
     "validation.checks.dcgm",
     "validation.checks.rdma_perf",
+    # issue 16 (w16n): NVSwitch SXids, NVMe SMART, host DIMMs/EDAC/MCE/bandwidth
+    "validation.checks.nvswitch",
+    "validation.checks.nvme_health",
+    "validation.checks.host",
     "validation.checks.health_delta",  # last: reads the end-of-run counters
 )
 

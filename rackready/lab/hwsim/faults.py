@@ -163,6 +163,9 @@ FAULTS: dict[str, FaultFn] = {
     "ib-port-down": _ib_port_down,
     "nvme-missing": _nvme_missing,
 }
+from .faults_host import HOST_FAULTS  # noqa: E402  issue 16 (w16n): host-side faults
+
+FAULTS.update(HOST_FAULTS)
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 
 

@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from .host_state import host_state  # issue 16 (w16n)
 from .topology import (
     GPU_MODELS,
     GPUS_PER_NODE,
@@ -242,6 +243,7 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
                  "members": [d["namespace"] for d in nvme if d["role"] == "data"],
                  "assembled": provisioned},
         "faults": [],
+        "host": host_state(platform, node),  # issue 16 (w16n): DIMMs, MCE, SXids
     }
     state["pristine"] = pristine_copy(state)
     return state

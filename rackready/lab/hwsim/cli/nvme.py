@@ -1,4 +1,4 @@
-"""nvme-cli stand-in: `nvme list [-o normal|json]` and `nvme version`."""
+"""nvme-cli stand-in: `nvme list [-o normal|json]`, `nvme smart-log DEV -o json`, `nvme version`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from .common import ToolError, load_state, present, run
 
-USAGE = "usage: nvme <command> [<device>] [<args>]\n\nsupported: list [-o normal|json], version"
+USAGE = ("usage: nvme <command> [<device>] [<args>]\n\n"
+         "supported: list [-o normal|json], smart-log <device> -o json, version")
 
 
 def _size(n: float) -> str:
@@ -43,7 +44,46 @@ def as_json(drives: list[dict[str, Any]]) -> str:
     return json.dumps({"Devices": devices}, indent=2) + "\n"
 
 
+# issue 16 (w16n): the SMART / Health log as nvme-cli 2.x prints it with -o json
+# (nvme-print-json.c json_smart_log: temperature in Kelvin, percent_used, counters as numbers)
+def smart_json(d: dict[str, Any]) -> str:
+    s = d.get("smart", {})
+    return json.dumps({
+        "critical_warning": s.get("critical_warning", 0),
+        "temperature": int(s.get("temperature_c", 38)) + 273,
+        "avail_spare": s.get("avail_spare", 100), "spare_thresh": s.get("spare_thresh", 10),
+        "percent_used": s.get("percentage_used", 0),
+        "endurance_grp_critical_warning_summary": 0,
+        "data_units_read": 1843021, "data_units_written": 2210934,
+        "host_read_commands": 90210443, "host_write_commands": 120443102,
+        "controller_busy_time": 41, "power_cycles": 12, "power_on_hours": 210,
+        "unsafe_shutdowns": 3, "media_errors": s.get("media_errors", 0),
+        "num_err_log_entries": s.get("error_log_entries", 0),
+        "warning_temp_time": 0, "critical_comp_time": 0,
+        "temperature_sensor_1": int(s.get("temperature_c", 38)) + 273,
+        "thm_temp1_trans_count": 0, "thm_temp2_trans_count": 0,
+        "thm_temp1_total_time": 0, "thm_temp2_total_time": 0,
+    }, indent=2) + "\n"
+
+
+def smart_log(argv: list[str]) -> int:
+    devs = [a for a in argv if a.startswith("/dev/")]
+    fmt_ok = argv[-2:] in (["-o", "json"], ["--output-format", "json"]) or \
+        "--output-format=json" in argv
+    if len(devs) != 1 or not fmt_ok:
+        raise ToolError("usage: nvme smart-log <device> -o json (hwsim supports json only)", 1)
+    name = devs[0].removeprefix("/dev/")
+    drive = next((d for d in present(load_state()["nvme"])
+                  if name in (d["name"], d["namespace"])), None)
+    if drive is None:
+        raise ToolError(f"Failed to open {devs[0]}: No such file or directory", 1)
+    sys.stdout.write(smart_json(drive))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["smart-log"]:
+        return smart_log(argv[1:])
     if argv == ["version"]:
         print("nvme version 2.4 (hwsim stand-in, SIMULATED)")
         return 0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import SPEED_OF_GEN, present, read_capture
+from .host_render import kern_lines, render_host  # issue 16 (w16n)
 from .pci import pci_devices
 
 # name -> (size, users); sizes as a 6.1 kernel reports them, to look plausible.
@@ -89,6 +90,7 @@ def _kern_log(state: dict[str, Any]) -> str:
             lines.append(f"Nov 30 01:{int(t) // 60 % 60:02d}:{int(t) % 60:02d} {state['node']} "
                          f"kernel: [{t:12.6f}] NVRM: Xid (PCI:{g['bdf'][:-2]}): {x['xid']}, "
                          f"pid='<unknown>', name=<unknown>, {x['text']}")
+    lines += kern_lines(state, state["node"])  # issue 16 (w16n): MCE and SXid lines
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -175,4 +177,5 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
             _write(base / name, value + "\n")
     _infiniband(state, root)
     _efi(state, root)
+    render_host(state, root)  # issue 16 (w16n): SMBIOS table, EDAC
     _write(root / "var/log/kern.log", _kern_log(state))

@@ -1,0 +1,127 @@
+"""Host-side fault kinds (issue 16): NVSwitch SXid, NVMe SMART, DIMMs, EDAC.
+
+Same contract as faults.py: each function edits the state copy it is given and returns
+the record (the component it hits, in the words a technician uses) for state["faults"].
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .faults import FaultFn
+
+
+def _err(msg: str) -> Exception:
+    # faults.py imports this module at its end; import it back only when raising
+    from .faults import FaultError
+
+    return FaultError(msg)
+
+UC = 1 << 61  # MCi_STATUS: uncorrected
+MCE_VALID_EN_ADDRV = (1 << 63) | (1 << 60) | (1 << 58)  # VAL, EN, ADDRV
+
+
+def _switch(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    sws = [s for s in state["nvswitches"] if s.get("present", True)]
+    if not sws:
+        raise _err(f"sxid needs NVSwitch; {state['platform']} has none")
+    if target is None:
+        return sws[0]
+    for s in sws:
+        if target in (str(s["index"]), s["bdf"], s["uuid"]):
+            return s
+    raise _err(f"no NVSwitch {target!r} on {state['node']} (index, bus id or UUID)")
+
+
+def _sxid(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # target: "SWITCH" or "SWITCH:LINK"; a fatal LTSSM fault (SXid 20034) on a trunk link
+    sw_t, _, link_t = (target or "").partition(":")
+    sw = _switch(state, sw_t or None)
+    link = int(link_t) if link_t.isdigit() else 30
+    state["host"]["sxids"].append({"nvswitch": sw["index"], "bdf": sw["bdf"], "sxid": 20034,
+                                   "fatal": True, "link": link,
+                                   "text": f"Link {link} LTSSM Fault Up"})
+    return {"component": {"type": "nvswitch", "index": sw["index"], "bus_id": sw["bdf"],
+                          "uuid": sw["uuid"]},
+            "description": f"NVSwitch {sw['index']} ({sw['bdf']}): fatal SXid 20034 on link "
+                           f"{link}"}
+
+
+def _drive(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    drives = [d for d in state["nvme"] if d["role"] == "data" and d["present"]]
+    drive = drives[0] if target is None else next(
+        (d for d in drives if target in (d["name"], d["namespace"], d["serial"], d["bdf"])),
+        None)
+    if drive is None:
+        raise _err(f"no NVMe data drive {target!r} on {state['node']}")
+    return drive
+
+
+def _nvme_component(d: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "nvme", "name": d["name"], "namespace": d["namespace"],
+            "serial": d["serial"], "model": d["model"], "bus_id": d["bdf"]}
+
+
+def _nvme_media_errors(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    d = _drive(state, target)
+    s = d["smart"]
+    s.update(media_errors=s["media_errors"] + 24,
+             error_log_entries=s.get("error_log_entries", 0) + 24,
+             critical_warning=s["critical_warning"] | 0x04)  # reliability degraded
+    return {"component": _nvme_component(d),
+            "description": f"NVMe {d['name']} serial {d['serial']}: 24 media errors, "
+                           "reliability degraded"}
+
+
+def _nvme_wear_out(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    d = _drive(state, target)
+    # endurance spent: percentage used past 100 and the spare pool below its threshold
+    d["smart"].update(percentage_used=104, avail_spare=6, spare_thresh=10,
+                      critical_warning=d["smart"]["critical_warning"] | 0x01)
+    return {"component": _nvme_component(d),
+            "description": f"NVMe {d['name']} serial {d['serial']}: worn out (104 % used, "
+                           "spare below threshold)"}
+
+
+def _dimm(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    dimms = [d for d in state["host"]["dimms"] if d["present"]]
+    if target is None:
+        return dimms[2]  # the third slot: not the first, so an off-by-one shows
+    for d in dimms:
+        if target in (d["locator"], d["serial"]):
+            return d
+    raise _err(f"no DIMM {target!r} on {state['node']} (slot name or serial)")
+
+
+def _dimm_component(d: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "dimm", "locator": d["locator"], "serial": d["serial"],
+            "socket": d["socket"]}
+
+
+def _dimm_missing(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    d = _dimm(state, target)
+    d["present"] = False
+    return {"component": _dimm_component(d),
+            "description": f"DIMM {d['locator']} serial {d['serial']} not detected"}
+
+
+def _edac_uncorrectable(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    d = _dimm(state, target)
+    d["ue"] += 1
+    d["ce"] += 3
+    state["host"]["mce"].append({"cpu": d["socket"] * 56, "bank": 13 + d["mc"] % 4,
+                                 "status": MCE_VALID_EN_ADDRV | UC | 0x009f,
+                                 "addr": 0x4a3c21000})
+    return {"component": _dimm_component(d),
+            "description": f"DIMM {d['locator']} serial {d['serial']}: uncorrectable memory "
+                           "error (EDAC UE, machine check)"}
+
+
+HOST_FAULTS: dict[str, FaultFn] = {  # registered by faults.py
+    "sxid": _sxid,
+    "nvme-media-errors": _nvme_media_errors,
+    "nvme-wear-out": _nvme_wear_out,
+    "dimm-missing": _dimm_missing,
+    "edac-uncorrectable": _edac_uncorrectable,
+}

@@ -1,0 +1,101 @@
+"""Host CPU memory: DIMMs against the profile, EDAC and machine-check errors, bandwidth."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from validation.checks.common import m
+from validation.checks.gpu_health import kernel_log
+from validation.checks.registry import CheckSkipped, Context, check
+from validation.model import Measurement
+from validation.probes.host_memory import parse_hw_errors, parse_smbios_memory, read_edac
+
+SMBIOS_TABLE = "/sys/firmware/dmi/tables/DMI"
+EDAC_MC = "/sys/devices/system/edac/mc"
+
+
+@check("host.dimms", needs=("bare-metal",), timeout_s=30,
+       title="DIMMs: count, size and speed against the profile")
+def host_dimms(ctx: Context) -> Iterator[Measurement]:
+    path = ctx.path(SMBIOS_TABLE)
+    if not path.is_file():
+        raise CheckSkipped(f"{path} missing (no SMBIOS table: not root, or no DMI)")
+    slots = parse_smbios_memory(path.read_bytes())
+    if not slots:
+        raise CheckSkipped("the SMBIOS table has no memory device (type 17)")
+    fitted = [d for d in slots if d.populated]
+    empty = [d.locator for d in slots if d.size_mib == 0]
+    yield m("host.dimm_count", len(fitted), {"empty_slots": ",".join(empty) or "none"})
+    yield m("host.memory_total_gib", round(sum(d.size_mib or 0 for d in fitted) / 1024, 1))
+    for d in fitted:
+        lab = {"dimm": d.locator, "serial": d.serial or "unknown"}
+        if d.size_mib is not None:
+            yield m("host.dimm_size_gib", round(d.size_mib / 1024, 1), lab)
+        speed = d.configured_mts or d.speed_mts
+        if speed is not None:
+            yield m("host.dimm_speed_mts", speed, {**lab, "rated": str(d.speed_mts or "unknown")})
+        yield m("host.dimm_part", d.part or "unknown", lab)
+
+
+@check("host.memory_errors", timeout_s=60,
+       title="host memory errors: EDAC corrected/uncorrected per DIMM, machine checks")
+def host_memory_errors(ctx: Context) -> Iterator[Measurement]:
+    mcs = read_edac(ctx.path(EDAC_MC))
+    # informational: firmware-first platforms may run without an OS EDAC driver
+    yield m("host.edac_controllers", len(mcs))
+    for mc in mcs:
+        for d in mc.dimms:
+            lab = {"dimm": d.label or f"{mc.name} {d.name}", "edac": f"{mc.name}/{d.name}"}
+            yield m("host.edac_uncorrected", d.ue, lab)
+            yield m("host.edac_corrected", d.ce, lab)
+        if mc.ue_noinfo or mc.ce_noinfo:  # errors the driver could not pin on a DIMM
+            lab = {"dimm": "unknown", "edac": mc.name}
+            yield m("host.edac_uncorrected", mc.ue_noinfo, lab)
+            yield m("host.edac_corrected", mc.ce_noinfo, lab)
+    counts: dict[tuple[str, str, bool], int] = defaultdict(int)
+    for e in parse_hw_errors(kernel_log(ctx)):
+        where = e.dimm or (f"CPU {e.cpu} bank {e.bank}" if e.cpu else "unknown")
+        counts[(e.source, where, bool(e.uncorrected))] += 1
+    uc = {k: v for k, v in counts.items() if k[2]}
+    for (source, where, _), n in sorted(uc.items()):
+        yield m("host.mce_uncorrected", n, {"source": source, "mce_at": where})
+    if not uc:
+        yield m("host.mce_uncorrected", 0)
+    yield m("host.mce_corrected", sum(v for k, v in counts.items() if not k[2]))
+
+
+@check("host.membw", needs=("bare-metal",), timeout_s=300,
+       title="host memory bandwidth per NUMA node (STREAM-like triad, numpy threads)")
+def host_membw(ctx: Context) -> Iterator[Measurement]:
+    try:
+        from validation.workloads import membw
+    except ModuleNotFoundError as exc:  # numpy is in the node venv; a bare python lacks it
+        raise CheckSkipped(f"{exc.name} not installed") from None
+    try:
+        import numpy  # noqa: F401
+    except ModuleNotFoundError:
+        raise CheckSkipped("numpy not installed (node venv)") from None
+    for r in membw.run():
+        yield m("host.membw_triad", r.best_gbs,
+                {"numa": str(r.node), "cores": str(r.threads),
+                 "array_mib": str(r.array_bytes >> 20)})
+
+
+def health_counters(ctx: Context) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Issue 16's counters for health.delta (start and end of the run): SXids per switch
+    the driver lists, uncorrected EDAC errors per DIMM, uncorrected machine checks. The
+    checks above run before the workloads; these catch what the burn-in breaks."""
+    from validation.checks.nvswitch import nvswitches
+    from validation.probes.nvswitch import bus_key, parse_sxids
+
+    log = kernel_log(ctx)
+    sxids = parse_sxids(log)
+    for bus, minor in nvswitches(ctx).items():
+        yield "sxid", {"nvswitch": minor, "bus_id": bus}, sum(bus_key(e.bus) == bus
+                                                                 for e in sxids)
+    for mc in read_edac(ctx.path(EDAC_MC)):
+        for d in mc.dimms:
+            yield "edac_uncorrected", {"dimm": d.label or f"{mc.name} {d.name}",
+                                       "edac": f"{mc.name}/{d.name}"}, d.ue
+    yield "mce_uncorrected", {}, sum(bool(e.uncorrected) for e in parse_hw_errors(log))

@@ -1,0 +1,225 @@
+"""Host memory: DIMMs from the SMBIOS table, EDAC error counts, machine-check log lines.
+
+- DIMMs: /sys/firmware/dmi/tables/DMI (the kernel's copy of the SMBIOS structure table,
+  what `dmidecode -t memory` decodes), type 17 "Memory Device" structures (DMTF DSP0134):
+  0x0C size (MB; bit 15 set = KB; 0x7FFF = see 0x1C extended size in MB; 0 = empty slot;
+  0xFFFF unknown), 0x10 device locator and 0x11 bank locator (string numbers), 0x15 speed
+  (MT/s; 0xFFFF = see 0x54 extended speed, SMBIOS 3.3), 0x17 manufacturer, 0x18 serial,
+  0x1A part number, 0x20 configured speed (2.7+; 0xFFFF = 0x58 extended). Structures of
+  2.3-2.6 (length 0x1C-0x22) lack the later fields: they read as None.
+- EDAC: /sys/devices/system/edac/mc/mcN/ (kernel Documentation/admin-guide/ras.rst):
+  the dimmN/ (or rankN/) layout with dimm_label, dimm_location, size (MiB),
+  dimm_ce_count, dimm_ue_count; the older csrowN/ layout with ch*_dimm_label,
+  ch*_ce_count and ue_count; ce_noinfo_count/ue_noinfo_count for errors no DIMM owns.
+- Machine checks: `mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 7: cc00008000010090`
+  (arch/x86/kernel/cpu/mce/core.c __print_mce; "Machine Check Exception" for an exception;
+  MCi_STATUS bit 61 UC = uncorrected), `mce: [Hardware Error]: Machine check events logged`
+  (corrected events handed to the log), and firmware-first (APEI GHES, Dell/HPE default)
+  records `{1}[Hardware Error]: event severity: corrected|recoverable|fatal` with a
+  `DIMM location: ...` line (drivers/firmware/efi/cper.c).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from validation.probes.nvidia_smi import ParseError
+
+
+@dataclass(frozen=True)
+class Dimm:
+    locator: str  # device locator: the slot's silk-screen name ("A1", "PROC 1 DIMM 3")
+    bank: str
+    size_mib: int | None  # 0: no module in the slot; None: unknown
+    speed_mts: int | None  # rated
+    configured_mts: int | None  # what the memory controller runs it at
+    manufacturer: str
+    serial: str
+    part: str
+
+    @property
+    def populated(self) -> bool:
+        return bool(self.size_mib)
+
+
+def _strings(buf: bytes, start: int) -> tuple[list[str], int]:
+    """The string set after a structure's formatted area; (strings, offset after it)."""
+    end = buf.find(b"\x00\x00", start)
+    if end < 0:
+        raise ParseError("SMBIOS table: unterminated string set")
+    raw = buf[start:end]
+    return ([s.decode("ascii", "replace").strip() for s in raw.split(b"\x00")] if raw
+            else []), end + 2
+
+
+def parse_smbios_memory(buf: bytes) -> list[Dimm]:
+    """Every type 17 structure of an SMBIOS structure table, in table order."""
+    out = []
+    off = 0
+    while off + 4 <= len(buf):
+        typ, length = buf[off], buf[off + 1]
+        if length < 4 or off + length > len(buf):
+            raise ParseError(f"SMBIOS table: bad structure length {length} at {off}")
+        strings, nxt = _strings(buf, off + length)
+        if typ == 17:
+            out.append(_dimm(buf[off:off + length], strings))
+        if typ == 127:  # end-of-table
+            break
+        off = nxt
+    return out
+
+
+def _dimm(s: bytes, strings: list[str]) -> Dimm:
+    if len(s) < 0x15:
+        raise ParseError(f"SMBIOS type 17 of length {len(s)} (SMBIOS 2.1+ needs 0x15)")
+
+    def word(o: int) -> int | None:
+        return struct.unpack_from("<H", s, o)[0] if len(s) >= o + 2 else None
+
+    def dword(o: int) -> int | None:
+        return struct.unpack_from("<I", s, o)[0] if len(s) >= o + 4 else None
+
+    def string(o: int) -> str:
+        n = s[o] if len(s) > o else 0
+        return strings[n - 1] if 0 < n <= len(strings) else ""
+
+    size = word(0x0C)
+    size_mib: int | None
+    if size == 0xFFFF:
+        size_mib = None
+    elif size == 0x7FFF:
+        ext = dword(0x1C)
+        size_mib = (ext & 0x7FFFFFFF) if ext is not None else None
+    else:
+        kb = size & 0x7FFF
+        # bit 15: KB granularity; a fitted sub-MiB module is not an empty slot
+        size_mib = (max(1, kb // 1024) if kb else 0) if size & 0x8000 else size
+
+    def speed(o: int, ext_o: int) -> int | None:
+        v = word(o)
+        if v == 0xFFFF:
+            e = dword(ext_o)
+            return (e & 0x7FFFFFFF) if e else None
+        return v or None  # 0 = unknown
+
+    return Dimm(locator=string(0x10), bank=string(0x11), size_mib=size_mib,
+                speed_mts=speed(0x15, 0x54), configured_mts=speed(0x20, 0x58),
+                manufacturer=string(0x17), serial=string(0x18), part=string(0x1A))
+
+
+@dataclass(frozen=True)
+class EdacDimm:
+    mc: str  # mc0
+    name: str  # dimm3, rank3, csrow2/ch1
+    label: str  # dimm_label (the slot name where the BIOS or edac-utils set it)
+    location: str
+    size_mib: int | None
+    ce: int
+    ue: int
+
+
+@dataclass(frozen=True)
+class EdacMc:
+    name: str
+    ce: int
+    ue: int
+    ce_noinfo: int
+    ue_noinfo: int
+    dimms: tuple[EdacDimm, ...]
+
+
+def _read_int(p: Path) -> int | None:
+    try:
+        return int(p.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _read_str(p: Path) -> str:
+    try:
+        return p.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def read_edac(mc_dir: Path) -> list[EdacMc]:
+    """Every memory controller under /sys/devices/system/edac/mc (an absent dir: [])."""
+    if not mc_dir.is_dir():
+        return []
+    out = []
+    for mc in sorted(mc_dir.glob("mc[0-9]*"), key=lambda p: int(p.name[2:])):
+        dimms = []
+        for d in sorted([*mc.glob("dimm[0-9]*"), *mc.glob("rank[0-9]*")],
+                        key=lambda p: (p.name.rstrip("0123456789"),
+                                       int(re.sub(r"\D", "", p.name)))):
+            dimms.append(EdacDimm(mc.name, d.name, _read_str(d / "dimm_label"),
+                                  _read_str(d / "dimm_location"), _read_int(d / "size"),
+                                  _read_int(d / "dimm_ce_count") or 0,
+                                  _read_int(d / "dimm_ue_count") or 0))
+        if not dimms:  # the csrow layout of older drivers: per channel CE, per csrow UE
+            for cs in sorted(mc.glob("csrow[0-9]*"), key=lambda p: int(p.name[5:])):
+                chans = sorted(cs.glob("ch[0-9]*_ce_count"))
+                for i, ch in enumerate(chans):
+                    n = ch.name.split("_")[0]
+                    dimms.append(EdacDimm(mc.name, f"{cs.name}/{n}",
+                                          _read_str(cs / f"{n}_dimm_label"), "",
+                                          _read_int(cs / "size_mb"), _read_int(ch) or 0,
+                                          (_read_int(cs / "ue_count") or 0) if i == 0 else 0))
+        out.append(EdacMc(mc.name, _read_int(mc / "ce_count") or 0,
+                          _read_int(mc / "ue_count") or 0,
+                          _read_int(mc / "ce_noinfo_count") or 0,
+                          _read_int(mc / "ue_noinfo_count") or 0, tuple(dimms)))
+    return out
+
+
+@dataclass(frozen=True)
+class HwError:
+    source: str  # mce | ghes
+    uncorrected: bool | None  # None: the line does not say
+    cpu: str
+    bank: str
+    dimm: str  # GHES "DIMM location", else ""
+    text: str
+
+
+_MCE = re.compile(r"mce: \[Hardware Error\]: CPU (\d+): Machine Check( Exception)?: "
+                  r"([0-9a-fA-F]+) Bank (\d+): ([0-9a-fA-F]+)")
+_GHES_SEV = re.compile(r"\{\d+\}\[Hardware Error\]:\s+event severity: (\w+)")
+_GHES_DIMM = re.compile(r"\{\d+\}\[Hardware Error\]:.*DIMM location: ([^\n]+?)\s*$")
+UC_BIT = 1 << 61
+
+
+def parse_hw_errors(text: str) -> list[HwError]:
+    out: list[HwError] = []
+    ghes: dict[str, object] | None = None
+
+    def flush() -> None:
+        nonlocal ghes
+        if ghes is not None:
+            out.append(HwError("ghes", bool(ghes["uc"]), "", "", str(ghes["dimm"]),
+                               str(ghes["text"])))
+            ghes = None
+
+    for ln in text.splitlines():
+        m = _MCE.search(ln)
+        if m:
+            status = int(m.group(5), 16)
+            out.append(HwError("mce", bool(m.group(2)) or bool(status & UC_BIT), m.group(1),
+                               m.group(4), "", ln.strip()))
+            continue
+        if "mce: [Hardware Error]: Machine check events logged" in ln:
+            out.append(HwError("mce", False, "", "", "", ln.strip()))
+            continue
+        s = _GHES_SEV.search(ln)
+        if s:
+            flush()
+            ghes = {"uc": s.group(1).lower() != "corrected", "dimm": "", "text": ln.strip()}
+            continue
+        d = _GHES_DIMM.search(ln)
+        if d and ghes is not None:
+            ghes["dimm"] = d.group(1)
+    flush()
+    return out
