@@ -74,18 +74,33 @@ def component(labels: dict[str, str]) -> str:
         parts.append(f"NVLink {labels['link']}")
     if "nic" in labels:
         parts.append(f"NIC {labels['nic']}" + (f" port {labels['port']}" if "port" in labels
-                                               else ""))
+                                               else "")
+                     + (f" (PCI {labels['bus_id']})" if "bus_id" in labels
+                        and "gpu" not in labels else ""))
     elif "port" in labels:
         parts.append(f"IB port {labels['port']}")
     for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
                       ("array", "md array"), ("token", "kernel parameter"),
-                      ("module", "module"), ("node", "node")):
+                      ("module", "module"), ("cable", "cable"), ("node", "node")):
         if key in labels and not (key == "node" and "gpu" in labels):
             parts.append(f"{what} {labels[key]}")
     return ", ".join(parts) or "node"
 
 
 _REMEDIATION: list[tuple[str, str]] = [
+    # issue 16 (fabric/PCIe health): first, so they win over the broader patterns below
+    (r"aer_", "PCIe AER errors on {c}: reseat it and its riser/retimer cable, check the "
+              "slot's BIOS link settings; RMA the part by serial if errors continue"),
+    (r"^health\.delta\.ib_link_", "the link flapped on {c}: reseat or replace the cable and "
+                                   "transceiver, check the switch port's counters and log"),
+    (r"^transceiver\.", "transceiver/cable on {c}: reseat it and check airflow (temperature); "
+                        "clean or replace the fiber (rx power); replace the cable (BER)"),
+    (r"^rdma\.gpudirect", "slow GPUDirect rail {c}: check the NIC's PCIe link (pcie.nic_link), "
+                          "nvidia_peermem and the GPU/NIC placement; reseat the NIC and cable"),
+    (r"^gpu\.idle_", "{c} idles hotter or at more power than its peers: check its heat sink, "
+                     "airflow and fans; RMA by serial if it stays an outlier"),
+    (r"^gemm\.load_", "clocks not held under load on {c}: check cooling, fans, PSUs and BMC "
+                      "power capping"),
     (r"^gpu\.count$", "a GPU is missing: find its bus id in dmesg, reseat it (or the baseboard "
                       "cable) and check its power; RMA if it stays missing"),
     (r"^gpu\.(model|memory_total)$", "wrong part installed: compare with the order and "

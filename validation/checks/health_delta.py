@@ -49,6 +49,10 @@ def read_counters(ctx: Context) -> dict[Key, float]:
                     put(f"nvlink_{kind}", lab, counters.get(kind))
     for port, value in ib_error_counters(ctx).items():
         put("ib_errors", {"port": port}, value)
+    # issue 16: PCIe AER totals per GPU/NIC and link flaps per port (fabric_health)
+    from validation.checks.fabric_health import delta_counters
+    for counter, labels, value in delta_counters(ctx):
+        put(counter, labels, value)
     return out
 
 

@@ -90,6 +90,9 @@ _CHECK_MODULES = (
     "validation.checks.kernel",
     "validation.checks.dcgm",
     "validation.checks.rdma_perf",
+    # issue 16 (fabric/PCIe health): AER, link flaps, transceivers; GPU idle peers
+    "validation.checks.fabric_health",
+    "validation.checks.gpu_idle",
     "validation.checks.health_delta",  # last: reads the end-of-run counters
 )
 

@@ -163,6 +163,10 @@ FAULTS: dict[str, FaultFn] = {
     "ib-port-down": _ib_port_down,
     "nvme-missing": _nvme_missing,
 }
+# issue 16: fabric and PCIe faults (imported here, after FAULTS, to avoid an import cycle)
+from .faults_fabric import FABRIC_FAULTS  # noqa: E402
+
+FAULTS.update(FABRIC_FAULTS)
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 
 
