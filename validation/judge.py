@@ -74,7 +74,9 @@ def component(labels: dict[str, str]) -> str:
         parts.append(f"NVLink {labels['link']}")
     if "nic" in labels:
         parts.append(f"NIC {labels['nic']}" + (f" port {labels['port']}" if "port" in labels
-                                               else ""))
+                                               else "")
+                     + (f" (PCI {labels['bus_id']})" if "bus_id" in labels
+                        and "gpu" not in labels else ""))
     elif "port" in labels:
         parts.append(f"IB port {labels['port']}")
     if "component" in labels:  # BMC firmware inventory (issue 17)
@@ -102,7 +104,7 @@ def component(labels: dict[str, str]) -> str:
                       # out of band (BMC): issue 17
                       ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
                       ("log", "BMC log"), ("entry", "entry"),
-                      ("node", "node")):
+                      ("cable", "cable"), ("node", "node")):
         if key in labels and not (key == "node" and "gpu" in labels):
             parts.append(f"{what} {labels[key]}")
     return ", ".join(parts) or "node"
@@ -132,6 +134,19 @@ _REMEDIATION: list[tuple[str, str]] = [
      "and the EDAC verdicts, then replace it"),
     (r"^host\.membw", "memory bandwidth low on {c}: check every channel has its DIMMs, the "
                       "BIOS memory settings (speed, SNC, power profile) and background load"),
+    # issue 16 (fabric/PCIe health): first, so they win over the broader patterns below
+    (r"aer_", "PCIe AER errors on {c}: reseat it and its riser/retimer cable, check the "
+              "slot's BIOS link settings; RMA the part by serial if errors continue"),
+    (r"^health\.delta\.ib_link_", "the link flapped on {c}: reseat or replace the cable and "
+                                   "transceiver, check the switch port's counters and log"),
+    (r"^transceiver\.", "transceiver/cable on {c}: reseat it and check airflow (temperature); "
+                        "clean or replace the fiber (rx power); replace the cable (BER)"),
+    (r"^rdma\.gpudirect", "slow GPUDirect rail {c}: check the NIC's PCIe link (pcie.nic_link), "
+                          "nvidia_peermem and the GPU/NIC placement; reseat the NIC and cable"),
+    (r"^gpu\.idle_", "{c} idles hotter or at more power than its peers: check its heat sink, "
+                     "airflow and fans; RMA by serial if it stays an outlier"),
+    (r"^gemm\.load_", "clocks not held under load on {c}: check cooling, fans, PSUs and BMC "
+                      "power capping"),
     (r"^gpu\.count$", "a GPU is missing: find its bus id in dmesg, reseat it (or the baseboard "
                       "cable) and check its power; RMA if it stays missing"),
     (r"^gpu\.(model|memory_total)$", "wrong part installed: compare with the order and "

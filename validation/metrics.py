@@ -151,6 +151,21 @@ _CORE: list[Metric] = [
        "lower", judged=False),
     _m("host.membw_triad", "GB/s", "host memory bandwidth of one NUMA node, STREAM triad "
        "convention (3 x 8 B per element, 1e9 B/s)", "higher"),
+    # issue 16 (fabric/PCIe health, GPU idle peers)
+    _m("pcie.aer_correctable", "", "PCIe AER correctable errors since boot (sysfs)", "lower"),
+    _m("pcie.aer_nonfatal", "", "PCIe AER uncorrectable non-fatal errors since boot", "lower"),
+    _m("pcie.aer_fatal", "", "PCIe AER uncorrectable fatal errors since boot", "lower"),
+    _m("transceiver.module", "", "module identifier and cable type (mlxlink)", "equal",
+       judged=False),
+    _m("transceiver.temperature", "C", "transceiver module temperature (mlxlink)", "lower"),
+    _m("transceiver.rx_power_dbm", "dBm", "received optical power of one lane (mlxlink)",
+       "higher"),
+    _m("transceiver.effective_ber", "", "bit error rate after FEC (mlxlink)", "lower"),
+    _m("transceiver.raw_ber", "", "bit error rate before FEC (mlxlink)", "lower"),
+    _m("gpu.idle_power_dev_w", "W", "idle board power minus the node's idle median (abs)",
+       "lower"),
+    _m("gpu.idle_temp_dev_c", "C", "idle GPU temperature minus the node's idle median (abs)",
+       "lower"),
     # run-level
     _m("check.status", "", "how a check ended (ok/skipped/error/timeout)", "equal"),
 ]
@@ -166,6 +181,12 @@ HEALTH_COUNTERS: dict[str, str] = {
     "nvlink_recovery": "NVLink recovery errors",
     "nvlink_crc": "NVLink CRC errors",
     "ib_errors": "IB port error counters (symbol, link downed, rcv errors ...)",
+    # issue 16 (fabric/PCIe health)
+    "aer_correctable": "PCIe AER correctable errors (TOTAL_ERR_COR)",
+    "aer_nonfatal": "PCIe AER uncorrectable non-fatal errors (TOTAL_ERR_NONFATAL)",
+    "aer_fatal": "PCIe AER uncorrectable fatal errors (TOTAL_ERR_FATAL)",
+    "ib_link_downed": "IB/RoCE port link_downed (the link went down: a flap)",
+    "ib_link_recovery": "IB/RoCE port link_error_recovery (the link retrained)",
 }
 # issue 16 (w16n)
 HEALTH_COUNTERS.update({

@@ -35,6 +35,7 @@ TOOLS = {
     "nvme": "nvme",
     "lspci": "lspci",
     "ib_write_bw": "ib_write_bw",
+    "mlxlink": "mlxlink",
 }
 
 # Stands in for the lab's real systemd (lab nodes are systemd-nspawn machines

@@ -152,7 +152,7 @@ def test_gpudirect_bw_through_hwsim_one_figure_per_compute_rail(tmp_path: Path) 
     proc, result = _run(tmp_path, "rdma.gpudirect_bw")
     assert result, proc.stderr[-2000:]
     vs = _verdicts(result, "rdma.gpudirect_bw_gbps")
-    assert sorted(v["labels"]["device"] for v in vs) == [f"mlx5_{i}" for i in range(8)]
+    assert sorted(v["labels"]["nic"] for v in vs) == [f"mlx5_{i}" for i in range(8)]
     assert sorted(v["labels"]["gpu"] for v in vs) == [str(i) for i in range(8)]
     assert all(v["outcome"] == "pass" and 370 <= v["value"] <= 400 for v in vs), vs
     assert proc.returncode == 0 and result["outcome"] == "PASS"
@@ -164,7 +164,7 @@ def test_gpudirect_bw_down_port_fails_naming_the_device(tmp_path: Path) -> None:
     proc, result = _run(tmp_path, "rdma.gpudirect_bw", st)
     assert proc.returncode == 1 and result["outcome"] == "FAIL"
     bad = [v for v in _verdicts(result, "rdma.gpudirect_bw_gbps") if v["outcome"] == "fail"]
-    assert [v["labels"]["device"] for v in bad] == ["mlx5_2"]
+    assert [v["labels"]["nic"] for v in bad] == ["mlx5_2"]
 
 
 def test_gpudirect_bw_downtrained_gpu_reports_less(tmp_path: Path) -> None:

@@ -54,6 +54,10 @@ def read_counters(ctx: Context) -> dict[Key, float]:
 
     for counter, lab, value in health_counters(ctx):
         put(counter, lab, value)
+    # issue 16: PCIe AER totals per GPU/NIC and link flaps per port (fabric_health)
+    from validation.checks.fabric_health import delta_counters
+    for counter, labels, value in delta_counters(ctx):
+        put(counter, labels, value)
     return out
 
 

@@ -66,7 +66,7 @@ def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:
                 text = ctx.run(cmd + ["localhost"], timeout_s=duration + 60, artifact=name)
             except CommandFailed as e:
                 yield m("rdma.gpudirect_bw_gbps", 0.0,
-                        {"device": ca.name, "gpu": str(gpu), "error": str(e)[:200]})
+                        {"nic": ca.name, "gpu": str(gpu), "error": str(e)[:200]})
                 continue
         finally:
             try:
@@ -76,5 +76,5 @@ def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:
                 server.communicate()
         best = max(parse_bw(text), key=lambda r: r.avg_gbps)
         yield m("rdma.gpudirect_bw_gbps", best.avg_gbps,
-                {"device": ca.name, "gpu": str(gpu), "size_bytes": str(best.size_bytes)},
+                {"nic": ca.name, "gpu": str(gpu), "size_bytes": str(best.size_bytes)},
                 f"artifacts/{name}")

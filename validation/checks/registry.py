@@ -98,6 +98,9 @@ _CHECK_MODULES = (
     "validation.checks.nvswitch",
     "validation.checks.nvme_health",
     "validation.checks.host",
+    # issue 16 (fabric/PCIe health): AER, link flaps, transceivers; GPU idle peers
+    "validation.checks.fabric_health",
+    "validation.checks.gpu_idle",
     "validation.checks.health_delta",  # last: reads the end-of-run counters
 )
 

@@ -89,6 +89,9 @@ class GpuInfo:
     clock_events: dict[str, bool] = field(default_factory=dict)  # short name -> active
     # /dev/nvidiaN: NVIDIA does not promise it equals nvidia-smi's index (kept, not used)
     minor_number: int | None = None
+    # board power now: average_power_draw (R550+), power_draw (R530-R545 gpu_power_readings,
+    # older power_readings)
+    power_draw_w: float | None = None
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,9 @@ def parse_query_xml(text: str) -> SmiReport:
             fabric_status=_na(t("fabric/status")),
             clock_events=events,
             minor_number=_int(t("minor_number")),
+            power_draw_w=next((v for v in map(_float, (
+                t("gpu_power_readings/average_power_draw"), t("gpu_power_readings/power_draw"),
+                t("power_readings/power_draw"))) if v is not None), None),
         ))
     return SmiReport(
         driver_version=(root.findtext("driver_version") or "").strip(),

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from validation.workloads import burnin_log
 from validation.workloads.burnin_log import IntervalLog, LogBusy, Record
 from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
+from validation.workloads.load_clocks import load_clocks
 from validation.workloads.sdc import sdc_blame
 from validation.workloads.telemetry import Sample, Sampler, gpu_uuid
 
@@ -336,6 +337,12 @@ def _report(
                       gpu=g, dtype=dtype)
         sink.emit("gemm.power_limit_w", sampler.power_limit_w, "W", gpu=g)
         sink.emit("gemm.clock_event_reasons", summ["reasons"] or 0, "", gpu=g, dtype=dtype)
+        # issue 16: clocks held under load (steady intervals), judged against the profile
+        clock, reasons = load_clocks(records)
+        if clock is not None:
+            sink.emit("gemm.load_sm_clock_mhz", clock, "MHz", gpu=g, dtype=dtype)
+            for reason, seen in reasons.items():
+                sink.emit("gemm.load_clock_event", seen, "", gpu=g, dtype=dtype, reason=reason)
 
 
 if __name__ == "__main__":

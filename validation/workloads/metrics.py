@@ -98,6 +98,11 @@ WORKLOAD_METRICS: list[Metric] = [
         "elements that differed across GPUs or repeats of a seeded product",
         "lower",
     ),
+    # issue 16: clocks held under load (validation/workloads/load_clocks.py)
+    _m("gemm.load_sm_clock_mhz", "MHz", "median SM clock over the steady burn-in intervals",
+       "higher"),
+    _m("gemm.load_clock_event", "", "a HW slowdown/thermal/power-brake reason seen under load "
+       "(label reason)", "equal"),
     _m("gemm.telemetry_ok", "", "NVML telemetry could be sampled during the burn-in", "equal"),
     _m("gemm.fp8_supported", "", "the GPU runs fp8 matrix products", "equal", judged=False),
     # HBM

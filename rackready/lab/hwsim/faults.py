@@ -166,6 +166,10 @@ FAULTS: dict[str, FaultFn] = {
 from .faults_host import HOST_FAULTS  # noqa: E402  issue 16 (w16n): host-side faults
 
 FAULTS.update(HOST_FAULTS)
+# issue 16: fabric and PCIe faults (imported here, after FAULTS, to avoid an import cycle)
+from .faults_fabric import FABRIC_FAULTS  # noqa: E402
+
+FAULTS.update(FABRIC_FAULTS)
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 
 

@@ -155,7 +155,7 @@ def package_specs(fabricmanager_version: str = DRIVER) -> list[Pkg]:
         Pkg("ibverbs-utils", DOCA, "Examples for the libibverbs library", with_lib=True,
             tools={"/usr/bin/ibv_devinfo": "cli.ibv_devinfo"}),
         Pkg("mft", "4.33.0-169", "NVIDIA Firmware Tools (mlxconfig)", with_lib=True,
-            tools={"/usr/bin/mlxconfig": "cli.mlxconfig",
+            tools={"/usr/bin/mlxconfig": "cli.mlxconfig", "/usr/bin/mlxlink": "cli.mlxlink",
                    "/usr/lib/hwsim/mft/bin/hwsim-boot": "cli.boot"},
             units={"hwsim-boot-nic.service": _unit("Simulated NIC firmware state at boot",
                                                    "/usr/lib/hwsim/mft/bin/hwsim-boot nic",

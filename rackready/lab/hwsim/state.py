@@ -185,6 +185,7 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
             "fabric": ({"state": "Completed" if provisioned else "Not Started",
                         "status": "Success" if provisioned else "N/A"}
                        if hgx else {"state": "N/A", "status": "N/A"}),
+            "aer": aer_zero(),  # issue 16: PCIe AER counters (sysfs aer_dev_*)
         })
 
     nvswitches = [{"index": s, "bdf": f"0000:{0xE4 + s:02x}:00.0", "numa": 1,
@@ -280,6 +281,8 @@ def _nic(node: str, i: int, bdf: str, numa: int, role: str, gpu: int | None,
                      "port_rcv_errors": 0, "port_xmit_discards": 0,
                      "port_rcv_remote_physical_errors": 0, "local_link_integrity_errors": 0,
                      "excessive_buffer_overrun_errors": 0},
+        # issue 16: PCIe AER counters and the port's transceiver (mlxlink -m -c)
+        "aer": aer_zero(), "module": transceiver(node, i),
     }
 
 
@@ -311,3 +314,23 @@ def _nvme(node: str, i: int, bdf: str, numa: int, role: str, model: dict[str, An
                                                    "width_cur": 4 if role == "data" else 2},
             "smart": {"critical_warning": 0, "media_errors": 0, "percentage_used": 0,
                       "temperature_c": 38}}
+
+
+# --- issue 16: PCIe AER counters and transceivers ---------------------------------------
+# 400G single-port OSFP multimode module of the ConnectX-7 HCA (NVIDIA's cable list)
+TRANSCEIVER = {"identifier": "OSFP", "cable_type": "Optical Module",
+               "compliance": "400GBASE-SR4", "vendor": "NVIDIA", "part": "MMA4Z00-NS400"}
+
+
+def aer_zero() -> dict[str, dict[str, int]]:
+    """AER counts per severity, by error name; names absent are zero (the renderer lists all)."""
+    return {"correctable": {}, "nonfatal": {}, "fatal": {}}
+
+
+def transceiver(node: str, i: int) -> dict[str, Any]:
+    d = _digest(node, "transceiver", i)
+    return {**TRANSCEIVER, "serial": f"MT{2400 + d[0] % 30}FT{_num(node, 'xcvr', i) % 10**5:05d}",
+            "temp_c": 44 + d[1] % 8,
+            "rx_dbm": [round(-1.5 + (b % 20) / 10, 2) for b in d[2:6]],
+            "tx_dbm": [round(-0.5 + (b % 10) / 10, 2) for b in d[6:10]],
+            "effective_errors": 0, "raw_ber": f"{1 + d[10] % 9}E-{10 + d[11] % 3}"}

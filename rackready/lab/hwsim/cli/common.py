@@ -88,9 +88,30 @@ def save_state(state: dict[str, Any]) -> None:
         sysroot_render.render_sysroot(state, root)
 
 
+def advance_faults() -> None:
+    """Faults in progress (an AER storm, a flapping link) raise their counters once per tool
+    call: the calls are the simulated node's clock, so counters read at the start and at the
+    end of a run differ, as on hardware whose error source is live. Each fault record lists
+    its `ticks` ({"path": [...], "add": n}); nodes without such a fault pay one read."""
+    try:
+        if not any(f.get("ticks") for f in load_state().get("faults", [])):
+            return
+    except ToolError:
+        return  # no state: the tool itself says so
+    with locked_state() as state:
+        for fault in state.get("faults", []):
+            for tick in fault.get("ticks", []):
+                *parents, leaf = tick["path"]
+                node: Any = state
+                for key in parents:
+                    node = node[key] if isinstance(node, list) else node.setdefault(key, {})
+                node[leaf] = node.get(leaf, 0) + tick["add"]
+
+
 def run(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     """Run a tool's main: ToolError -> one line on stderr, never a traceback."""
     try:
+        advance_faults()
         return main(sys.argv[1:] if argv is None else argv)
     except ToolError as exc:
         print(str(exc), file=sys.stderr)

@@ -58,7 +58,8 @@ def bandwidth_gbps(state: dict[str, Any], nic: dict[str, Any], gpu: dict[str, An
         limit = min(limit, _pcie_gbps(gpu["pcie"]))
     # a stable per-port spread of up to 1.5 % (real ports differ a little)
     jitter = hashlib.sha256(f"{state['node']}:{nic['name']}".encode()).digest()[0] / 255 * 0.015
-    return round(limit * (0.975 - jitter), 2)
+    # a slow rail (fault slow-rail): the port trains at full rate yet carries less
+    return round(limit * (0.975 - jitter) * float(nic.get("bw_factor", 1.0)), 2)
 
 
 def main(argv: list[str]) -> int:

@@ -22,7 +22,7 @@ def pci_devices(state: dict[str, Any]) -> list[dict[str, Any]]:
                              "(rev a1)",
                      "gen_cur": p["gen_cur"], "gen_max": p["gen_max"],
                      "width_cur": p["width_cur"], "width_max": p["width_max"],
-                     "lost": g.get("lost", False)})
+                     "lost": g.get("lost", False), "aer": g.get("aer") or {}})
         bus = int(g["bdf"][5:7], 16) - 1
         devs.append({"bdf": f"0000:{bus:02x}:00.0", **BRIDGE, "numa": g["numa"],
                      "kind": "bridge", "gen_cur": 5, "gen_max": 5, "width_cur": 16,
@@ -38,7 +38,8 @@ def pci_devices(state: dict[str, Any]) -> list[dict[str, Any]]:
         devs.append({"bdf": n["bdf"], "vendor": "15b3", "device": n["device_id"], "class": cls,
                      "numa": n["numa"], "kind": "nic",
                      "name": f"{kind}: Mellanox Technologies MT2910 Family [ConnectX-7]",
-                     "gen_cur": 5, "gen_max": 5, "width_cur": 16, "width_max": 16})
+                     "gen_cur": 5, "gen_max": 5, "width_cur": 16, "width_max": 16,
+                     "aer": n.get("aer") or {}})
     for d in present(state["nvme"]):
         p = d["pcie"]
         devs.append({"bdf": d["bdf"], "vendor": d["vendor_id"], "device": d["device_id"],

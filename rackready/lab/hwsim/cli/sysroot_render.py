@@ -126,6 +126,31 @@ def _infiniband(state: dict[str, Any], root: Path) -> None:
             _write(base / "ports/1/counters" / name, f"{value}\n")
 
 
+# aer_dev_* of a 6.1 kernel (drivers/pci/pcie/aer.c: aer_correctable_error_string,
+# aer_uncorrectable_error_string, then the TOTAL_ERR_* line of aer_stats_dev_attr)
+AER_NAMES = {
+    "correctable": ("RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout", "NonFatalErr",
+                    "CorrIntErr", "HeaderOF"),
+    "nonfatal": ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt",
+                 "RxOF", "MalfTLP", "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP",
+                 "AtomicOpBlocked", "TLPBlockedErr", "PoisonTLPBlocked"),
+}
+AER_NAMES["fatal"] = AER_NAMES["nonfatal"]
+AER_TOTAL = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL",
+             "fatal": "TOTAL_ERR_FATAL"}
+
+
+def aer_files(aer: dict[str, dict[str, int]]) -> dict[str, str]:
+    """{aer_dev_<severity>: text} from the state's counts by error name."""
+    out = {}
+    for sev, names in AER_NAMES.items():
+        counts = aer.get(sev) or {}
+        lines = [f"{n} {int(counts.get(n, 0))}" for n in names]
+        lines.append(f"{AER_TOTAL[sev]} {sum(int(v) for v in counts.values())}")
+        out[f"aer_dev_{sev}"] = "\n".join(lines) + "\n"
+    return out
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -175,6 +200,9 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
                  "max_link_width": str(dev["width_max"])}
         for name, value in files.items():
             _write(base / name, value + "\n")
+        if "aer" in dev:  # issue 16: GPUs and NICs carry PCIe AER counters
+            for fname, text in aer_files(dev["aer"]).items():
+                _write(base / fname, text)
     _infiniband(state, root)
     _efi(state, root)
     render_host(state, root)  # issue 16 (w16n): SMBIOS table, EDAC

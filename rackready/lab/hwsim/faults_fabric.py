@@ -1,0 +1,103 @@
+"""Fabric and PCIe faults (issue 16): aer-storm, link-flap, slow-rail, transceiver-hot.
+
+aer-storm and link-flap must show as a CHANGE during a run, so besides the counts they
+set at once, their records carry `ticks`: per stand-in tool call, the node side
+(cli/common.advance_faults) adds these amounts to the named counters and re-renders the
+sysroot. The tool calls are the simulated node's clock; a run reads the counters at its
+start and its end with tool calls in between, so the rise is seen as on live hardware.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+FaultFn = Callable[[dict[str, Any], str | None], dict[str, Any]]
+
+
+def _core() -> Any:
+    # faults.py imports this module to register FABRIC_FAULTS: import it back lazily
+    return importlib.import_module(f"{__package__}.faults")
+
+# per tick (one stand-in tool call): a correctable-error storm on a marginal link
+AER_TICK = {"BadTLP": 20, "BadDLLP": 6, "RxErr": 4}
+# per tick: the port went down and came back (a flap), with symbol errors around it
+FLAP_TICK = {"link_downed": 1, "link_error_recovery": 1, "symbol_error": 9}
+SLOW_FACTOR = 0.45  # the slow rail carries under half its line rate
+HOT_C = 79  # above the profile's 70 C and the module's own 75 C warning
+
+
+def _nic(state: dict[str, Any], target: str | None) -> tuple[int, dict[str, Any]]:
+    """Target by name, netdev, bus id or GUID; the first compute NIC when none is given."""
+    for i, n in enumerate(state["nics"]):
+        if (target is None and n["role"] == "compute") or target in (
+                n["name"], n["netdev"], n["bdf"], n["port_guid"]):
+            return i, n
+    raise _core().FaultError(f"no NIC {target!r} on {state['node']} "
+                             "(name, netdev, bus id, GUID)")
+
+
+def _nic_component(n: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "nic", "name": n["name"], "netdev": n["netdev"], "bus_id": n["bdf"],
+            "port_guid": n["port_guid"], **extra}
+
+
+def _aer_storm(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # target: a GPU (index, serial, UUID, bus id) or a NIC (name, netdev, bus id); GPU 0
+    nic = next((n for n in state["nics"] if target in (n["name"], n["netdev"], n["bdf"])),
+               None) if target else None
+    if nic is not None:
+        i, dev = state["nics"].index(nic), nic
+        where, comp, what = "nics", _nic_component(nic), f"{nic['name']} ({nic['bdf']})"
+    else:
+        dev = _core()._gpu(state, target)
+        i, where = state["gpus"].index(dev), "gpus"
+        comp = _core()._gpu_component(dev)
+        what = f"GPU {dev['index']} serial {dev['serial']}"
+    cor = dev.setdefault("aer", {}).setdefault("correctable", {})
+    for name, n in AER_TICK.items():
+        cor[name] = cor.get(name, 0) + n
+    return {"component": comp, "ticks": [{"path": [where, i, "aer", "correctable", name],
+                                          "add": n} for name, n in AER_TICK.items()],
+            "description": f"{what}: PCIe AER correctable-error storm (BadTLP/BadDLLP/RxErr "
+                           "rising)"}
+
+
+def _link_flap(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    i, nic = _nic(state, target)
+    for name, n in FLAP_TICK.items():
+        nic["counters"][name] = nic["counters"].get(name, 0) + n
+    return {"component": _nic_component(nic, port=1),
+            "ticks": [{"path": ["nics", i, "counters", name], "add": n}
+                      for name, n in FLAP_TICK.items()],
+            "description": f"{nic['name']} ({nic['netdev']}) port 1 flapping (link_downed "
+                           "rising while the port reads Active)"}
+
+
+def _slow_rail(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    _, nic = _nic(state, target)
+    nic["bw_factor"] = SLOW_FACTOR
+    return {"component": _nic_component(nic, port=1),
+            "description": f"{nic['name']} ({nic['netdev']}): GPUDirect rail at "
+                           f"{SLOW_FACTOR:.0%} of its line rate"}
+
+
+def _transceiver_hot(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    _, nic = _nic(state, target)
+    mod = nic.get("module")
+    if not mod:
+        raise _core().FaultError(f"{nic['name']} has no transceiver in the state")
+    mod["temp_c"] = HOT_C
+    return {"component": _nic_component(nic, port=1, cable_part=mod["part"],
+                                        cable_serial=mod["serial"]),
+            "description": f"{nic['name']} port 1 transceiver {mod['part']} serial "
+                           f"{mod['serial']} at {HOT_C} C"}
+
+
+FABRIC_FAULTS: dict[str, FaultFn] = {
+    "aer-storm": _aer_storm,
+    "link-flap": _link_flap,
+    "slow-rail": _slow_rail,
+    "transceiver-hot": _transceiver_hot,
+}
