@@ -31,12 +31,36 @@ HOST_FAULT_EXPECTATIONS = {
 }
 
 
+# --- issue 16: fabric and PCIe faults (rackready/lab/hwsim/faults_fabric.py) ---------------
+# the checks that read them: AER totals, transceivers, GPU idle peers, and the GPUDirect
+# rail bandwidth (hwsim's ib_write_bw answers at once, so it stays a hardware read here)
+HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw")
+
+
+def _fabric_names(comp: dict[str, Any]) -> list[str]:
+    if comp["type"] == "gpu":
+        return [f"serial {comp['serial']}", comp["bus_id"]]
+    return [f"NIC {comp['name']}"]
+
+
+FABRIC_EXPECTATIONS = {
+    # totals since boot (pcie.aer) and the rise during the run (health.delta)
+    "aer-storm": lambda c: (("pcie.aer", "health.delta"), _fabric_names(c)),
+    "link-flap": lambda c: (("health.delta",), [f"NIC {c['name']} port 1"]),
+    "slow-rail": lambda c: (("rdma.gpudirect_bw",), [f"NIC {c['name']}"]),
+    "transceiver-hot": lambda c: (("network.transceiver",),
+                                  [f"NIC {c['name']} port 1", f"serial {c['cable_serial']}"]),
+}
+
+
 def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
                      ) -> tuple[tuple[str, ...], list[str]]:
     """(checks expected to fail, strings that name the faulted part) for one fault record.
     raid=False: the node has no md RAID to break (the lab), so the drive count tells."""
-    if kind in HOST_FAULT_EXPECTATIONS:  # issue 16 (w16n)
+    if kind in HOST_FAULT_EXPECTATIONS:
         return HOST_FAULT_EXPECTATIONS[kind](comp)
+    if kind in FABRIC_EXPECTATIONS:
+        return FABRIC_EXPECTATIONS[kind](comp)
     if comp["type"] == "gpu":
         gpu = [f"serial {comp['serial']}", comp["bus_id"]]
         return {
@@ -62,31 +86,3 @@ def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
     return ("storage.raid",), ["md array md0"]
 
 
-# --- issue 16: fabric and PCIe faults (rackready/lab/hwsim/faults_fabric.py) ---------------
-# the checks that read them: AER totals, transceivers, GPU idle peers, and the GPUDirect
-# rail bandwidth (hwsim's ib_write_bw answers at once, so it stays a hardware read here)
-HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw")
-_expected_failure_core = expected_failure
-
-
-def _fabric_names(comp: dict[str, Any]) -> list[str]:
-    if comp["type"] == "gpu":
-        return [f"serial {comp['serial']}", comp["bus_id"]]
-    return [f"NIC {comp['name']}"]
-
-
-FABRIC_EXPECTATIONS = {
-    # totals since boot (pcie.aer) and the rise during the run (health.delta)
-    "aer-storm": lambda c: (("pcie.aer", "health.delta"), _fabric_names(c)),
-    "link-flap": lambda c: (("health.delta",), [f"NIC {c['name']} port 1"]),
-    "slow-rail": lambda c: (("rdma.gpudirect_bw",), [f"NIC {c['name']}"]),
-    "transceiver-hot": lambda c: (("network.transceiver",),
-                                  [f"NIC {c['name']} port 1", f"serial {c['cable_serial']}"]),
-}
-
-
-def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True  # noqa: F811
-                     ) -> tuple[tuple[str, ...], list[str]]:
-    if kind in FABRIC_EXPECTATIONS:
-        return FABRIC_EXPECTATIONS[kind](comp)
-    return _expected_failure_core(kind, comp, raid)
