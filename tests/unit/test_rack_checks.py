@@ -209,3 +209,52 @@ def test_rack_verdicts_fail_the_node_judgement():
                            "component": "link a mlx5_0 <-> b mlx5_0 (rail 0)"}]
     _decide(j)
     assert j["outcome"] == "FAIL" and "link a mlx5_0" in j["outcome_reason"]
+
+
+# --- the workload itself: two "nodes" as two CPU processes (gloo) -------------------------
+
+
+def test_workload_on_two_cpu_processes_refuses_the_down_rail(tmp_path):
+    """Each process gets its own sysfs and `ibstat`; node b's second rail is Down."""
+    import os
+    import socket
+    import stat
+    import subprocess
+    import sys
+
+    bdfs = ["0000:1a:00.0", "0000:3c:00.0"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank, name in enumerate(("na", "nb")):
+        root = _sysfs(tmp_path / name, {"mlx5_0": bdfs[0], "mlx5_1": bdfs[1]})
+        text = IBSTAT if name == "nb" else IBSTAT.replace("Down", "Active").replace(
+            "Rate: 10", "Rate: 400")
+        tool = tmp_path / name / "bin" / "ibstat"
+        tool.parent.mkdir()
+        tool.write_text(f"#!/bin/sh\ncat <<'X'\n{text}X\n")
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "PATH": f"{tool.parent}:{os.environ['PATH']}", "GLOO_SOCKET_IFNAME": "lo"}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "validation.workloads.rack_nccl", "--device", "cpu",
+             "--name", name, "--rails", ",".join(bdfs), "--sysroot", str(root),
+             "--simulated-rails", "--pair-size", "64K", "--allreduce-size", "64K",
+             "--warmup", "1", "--iters", "2", "--repeats", "1", "--out", str(tmp_path / "out")],
+            env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    problems: list[str] = []
+    recs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
+                            problems, "na")
+    assert problems == []
+    pairs = {r["labels"]["rail"]: r for r in recs if r["name"] == "rack.pair_busbw"}
+    assert pairs["0"]["value"] > 0 and "refused" not in pairs["0"]["labels"]
+    assert pairs["1"]["value"] == 0.0 and pairs["1"]["labels"]["refused"] == "nb mlx5_1 port Down"
+    assert [r["value"] for r in recs if r["name"] == "rack.allreduce_correct"] == [True]
+    g = rc.judge_group("f", ["na", "nb"], ["na", "nb"], [], recs, {"na": LAB, "nb": LAB}, [],
+                       {"na": 2, "nb": 2})
+    assert g["outcome"] == "FAIL" and g["suspects"][0]["node"] == "nb"
