@@ -34,6 +34,9 @@ from typing import Any
 from rackready.rundir import RunDir, _write_json_atomic, now_iso
 from rackready.sanitize import one_line
 
+# The step's two checks: the all_reduce (judged per fabric) and the pairwise links
+# (judged per link, a FAIL verdict on both ends).
+RACK_CHECKS = ("rack.allreduce", "rack.pairwise")
 RACK_DIRNAME = "_rack"  # not a node folder: node names never start with "_"
 RACK_FILE = "rack.json"
 RDZV_PORT = 29401
@@ -181,7 +184,8 @@ def judge_group(name: str, planned: list[str], members: list[str],
                          if n in floors and floors[n].allreduce_ok), None)
         ok = ar_ok["value"] if ar_ok else None
         passed = _passes(ar["value"], ar_floor) and _passes(ok, ok_limit)
-        allreduce = {"value": ar["value"], "unit": "GB/s", "correct": ok,
+        allreduce = {"check": RACK_CHECKS[0], "value": ar["value"], "unit": "GB/s",
+                     "correct": ok,
                      "labels": ar["labels"], "threshold": ar_floor,
                      "outcome": "pass" if passed else "fail",
                      "message": "" if passed else (
@@ -250,7 +254,7 @@ def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                              if (peer, r["rail"]) in sus
                              else f"check both ends: {me} {nic} and {peer} {other}")
                     out.setdefault(me, []).append({
-                        "check": "rack.pairwise", "metric": f["metric"], "outcome": "fail",
+                        "check": RACK_CHECKS[1], "metric": f["metric"], "outcome": "fail",
                         "value": f["value"], "unit": f["unit"],
                         "labels": {"peer": peer, "rail": str(r["rail"]), "nic": nic,
                                    "peer_nic": other},
