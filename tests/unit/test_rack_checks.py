@@ -258,3 +258,48 @@ def test_workload_on_two_cpu_processes_refuses_the_down_rail(tmp_path):
     g = rc.judge_group("f", ["na", "nb"], ["na", "nb"], [], recs, {"na": LAB, "nb": LAB}, [],
                        {"na": 2, "nb": 2})
     assert g["outcome"] == "FAIL" and g["suspects"][0]["node"] == "nb"
+
+
+# --- the reports: rack_checks in the rack report, the link in both node reports ----------
+
+
+def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
+    from test_report_synthetic import result, write_run
+
+    from rackready.report.build import build_documents
+    from rackready.report.html import render_node_html, render_rack_html
+    from rackready.report.schema import schema_errors
+
+    run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02")])
+    recs = [_pair("gpu01", "gpu02", 0, 0.0, "gpu02 mlx5_0 port Down"),
+            _pair("gpu01", "gpu02", 1, 0.8)] + _ar(0.4)
+    g = rc.judge_group("lab-network", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [], recs,
+                       {"gpu01": LAB, "gpu02": LAB}, [], {"gpu01": 2, "gpu02": 2})
+    (run / rc.RACK_DIRNAME).mkdir()
+    (run / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [g]}))
+    for name, verdicts in rc.node_verdicts({"groups": [g]}).items():
+        path = run / name / "judgement.json"  # as judge_run writes it after the step
+        j = json.loads(path.read_text())
+        j["rack_verdicts"] = verdicts
+        _decide(j)
+        path.write_text(json.dumps(j))
+    rack, docs = build_documents(run)
+    for doc in (rack, *docs):
+        assert schema_errors(doc) == []
+    assert rack["outcome"] == "FAIL" and rack["rack_checks"][0]["outcome"] == "FAIL"
+    assert rack["rack_checks"][0]["suspects"][0]["node"] == "gpu02"
+    for d in docs:
+        (v,) = [v for v in d["verdicts"] if v["scope"] == "rack"]
+        assert d["outcome"] == "FAIL" and "rail 0" in v["component"]
+        assert "gpu02 mlx5_0" in render_node_html(d)
+    html = render_rack_html(rack, docs)
+    assert "Rack-level checks" in html and "gpu02 mlx5_0 port Down" in html
+    # a rack step that could not run keeps the rack from passing even when the nodes pass
+    run2 = write_run(tmp_path / "run2", [result("gpu01"), result("gpu02")])
+    (run2 / rc.RACK_DIRNAME).mkdir()
+    left = rc.judge_group("f", ["gpu01", "gpu02"], ["gpu01"], [
+        {"node": "gpu02", "reason": "unreachable: timed out"}], [], {}, [], {})
+    (run2 / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [left]}))
+    rack2, docs2 = build_documents(run2)
+    assert [d["outcome"] for d in docs2] == ["PASS", "PASS"]
+    assert rack2["outcome"] == "INCOMPLETE" and "rack step" in rack2["outcome_reason"]
