@@ -45,6 +45,9 @@ PAIR_METRIC, RATIO_METRIC = "rack.pair_busbw", "rack.pair_busbw_vs_median"
 AR_METRIC, AR_OK_METRIC = "rack.allreduce_busbw", "rack.allreduce_correct"
 # Workload sizes: the lab moves a few MiB over one veth; real rails 64/256 MiB.
 SIZES = {"cpu": ("4M", "4M", "1", "3", "3"), "cuda": ("64M", "256M", "5", "20", "3")}
+# Seconds the whole workload may take on a node (a peer that never joins the rendezvous
+# must not hold the run for long): the lab's tiny sizes, or real rails.
+TIMEOUT_S = {"cpu": 240, "cuda": 600}
 
 
 @dataclass(frozen=True)
@@ -260,7 +263,8 @@ def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                                    "peer_nic": other},
                         "threshold": f["threshold"], "spread": None, "scope": "rack",
                         "component": f"link {me} {nic} <-> {peer} {other} (rail {r['rail']})",
-                        "message": f["message"],
+                        "message": f["message"] + (" [SIMULATED rail: gloo over the lab "
+                                                   "network]" if r.get("simulated") else ""),
                         "remediation": f"{where}: port state, cable and transceiver on rail "
                                        f"{r['rail']}, then the switch port; re-run the rack "
                                        "step (invoke validate --inventory)",
@@ -330,7 +334,7 @@ def _torchrun(node, rank: int, nnodes: int, endpoint: str, run_id: str, bundle_d
         env |= {"GLOO_SOCKET_IFNAME": socket_ifname, "NCCL_SOCKET_IFNAME": socket_ifname}
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (f"rm -rf {OUT} && mkdir -p {OUT} && cd {shlex.quote(bundle_dir)} && "
-            f"{assign} timeout 600 {shlex.join(args)}")
+            f"{assign} timeout {TIMEOUT_S[device]} {shlex.join(args)}")
 
 
 def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any],
@@ -395,7 +399,7 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
             cmd = build_remote_command((f"export {env}; " if env else "") + script,
                                        become=nodes[n].become)
             try:
-                return ssh.run(clients[n], cmd, timeout_s=660)
+                return ssh.run(clients[n], cmd, timeout_s=TIMEOUT_S[device] + 60)
             except Exception as exc:  # noqa: BLE001  recorded, never raised
                 return 255, "", f"{type(exc).__name__}: {exc}"
 
