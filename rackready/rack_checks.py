@@ -149,10 +149,9 @@ def judge_group(name: str, planned: list[str], members: list[str],
            for r in pairs}
     for i, a in enumerate(members):
         for b in members[i + 1:]:
-            x, y = (a, b) if members.index(a) < members.index(b) else (b, a)
             for rail in range(min(expected_rails.get(a, 0), expected_rails.get(b, 0))):
-                if (x, y, str(rail)) not in got and (y, x, str(rail)) not in got:
-                    problems.append(f"no measurement for {x} <-> {y} rail {rail}")
+                if (a, b, str(rail)) not in got and (b, a, str(rail)) not in got:
+                    problems.append(f"no measurement for {a} <-> {b} rail {rail}")
     for r in pairs:
         lb = r["labels"]
         ends = [floors.get(lb["node_a"]), floors.get(lb["node_b"])]

@@ -3,8 +3,10 @@
 The controller plans the run (rackready.rundir: which nodes, which level and
 scope, the profile and site each must meet), runs every node in parallel
 through its own session (rackready.node_session: deadlines, caps, safe fetch),
-then judges every node itself (rackready.judging) and writes the reports.
-Whatever one node does, the others are judged and reported.
+then judges every node itself (rackready.judging). For an inventory, the rack-level
+step follows (rackready.rack_checks: an all_reduce and every pair of nodes, rail by
+rail, per fabric), its failing links join both ends' judgements, and the reports are
+written. Whatever one node does, the others are judged and reported.
 """
 
 from __future__ import annotations
