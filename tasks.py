@@ -98,7 +98,8 @@ def _exit_with(result) -> None:
 @task(
     help={
         "node": "validate this node (name in the inventory)",
-        "inventory": "inventory to find nodes in (default: lab); alone, validates every node",
+        "inventory": "inventory to find nodes in (default: lab); alone, validates every node, "
+                     "then the rack-level step (all_reduce + pairwise rails per fabric)",
         "level": "quick (<=2 min), standard (<=10 min) or burnin (hours, resumable)",
         "out": "run directory (default: runs/<timestamp>)",
         "report_formats": "reports to write after the run (default: json,html,pdf,junit)",
@@ -110,7 +111,7 @@ def _exit_with(result) -> None:
 @user_errors
 def validate(c, node=None, inventory="lab", level="quick", out=None,
              report_formats="json,html,pdf,junit", only=None, resume=None):
-    """Validate nodes over SSH: checks, burn-in, collectives, FSDP job -> verdicts."""
+    """Validate nodes over SSH: checks, burn-in, collectives, FSDP job, rack step -> verdicts."""
     from rackready.validate import run_validation
 
     code = run_validation(node=node, inventory=inventory, level=level, out=out,

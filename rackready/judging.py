@@ -363,7 +363,8 @@ def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
 
 def _decide(j: dict[str, Any]) -> None:
     """Outcome and its one-line reason: decided here and nowhere else."""
-    failing = [v for v in j["verdicts"] + j["fleet_verdicts"] if v["outcome"] == "fail"]
+    failing = [v for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", [])
+               if v["outcome"] == "fail"]
     missing = j["scope"]["missing_checks"]
     wrong = ("result.json is for", "the node ran a different")
     if (not j["complete"] or j["profile_sha256"] is None
@@ -436,6 +437,15 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
             j = judgements[name]
             j["fleet_verdicts"] += [_verdict_dict(v, "fleet", {}) for v in fleet]
             _decide(j)
+    # --- rack-level step: its failing links join both ends' judgements (rack_checks) ---
+    from rackready.rack_checks import node_verdicts, read_rack
+
+    rack = node_verdicts(read_rack(run.path))
+    for name, j in judgements.items():
+        if name in rack:
+            j["rack_verdicts"] = rack[name]
+            _decide(j)
+    # --- end rack-level step ---
     if write:
         for name, j in judgements.items():
             run.write_judgement(name, j)

@@ -3,8 +3,10 @@
 The controller plans the run (rackready.rundir: which nodes, which level and
 scope, the profile and site each must meet), runs every node in parallel
 through its own session (rackready.node_session: deadlines, caps, safe fetch),
-then judges every node itself (rackready.judging) and writes the reports.
-Whatever one node does, the others are judged and reported.
+then judges every node itself (rackready.judging). For an inventory, the rack-level
+step follows (rackready.rack_checks: an all_reduce and every pair of nodes, rail by
+rail, per fabric), its failing links join both ends' judgements, and the reports are
+written. Whatever one node does, the others are judged and reported.
 """
 
 from __future__ import annotations
@@ -77,19 +79,32 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     from rackready.judging import judge_run
 
     judgements = judge_run(run)
+    rack: dict = {}
+    # --- rack-level step (rackready.rack_checks): an inventory run, after the suites ---
+    if not node and len(plan.nodes) >= 2:
+        board.close()
+        from rackready.rack_checks import run_rack_step
+
+        rack = run_rack_step(run, targets, judgements, (payload, digest), _venv, _nccl_env)
+        judgements = judge_run(run)  # the rack verdicts join the nodes' judgements
+    # --- end rack-level step ---
     for r in runs:
         j = judgements[r.node.name]
         r.outcome = j["outcome"]
         r.failed_checks = sorted({v["check"] for v in j["verdicts"] + j["fleet_verdicts"]
-                                  if v["outcome"] == "fail"})
+                                  + j.get("rack_verdicts", []) if v["outcome"] == "fail"})
         board.finish(r.node.name, r.outcome, one_line(j["outcome_reason"]))
     board.close()
     plan.finished = now_iso()
     run.save_plan()
     _print_summary(runs, judgements)
+    _print_rack(rack)
     _reports(run.path, formats)
     print(f"run directory: {run.path}")
-    return 0 if all(r.outcome == "PASS" for r in runs) else 1
+    from rackready.rack_checks import rack_outcome_of
+
+    rack_ok = all(o == "PASS" for o in rack_outcome_of(rack))
+    return 0 if all(r.outcome == "PASS" for r in runs) and rack_ok else 1
 
 
 def _only(only: str | None) -> list[str] | None:
@@ -252,6 +267,16 @@ def _print_summary(runs: list[NodeRun], judgements: dict) -> None:
         detail = one_line(j["outcome_reason"] or r.problem or ", ".join(r.failed_checks) or "-",
                           120)
         print(f"{r.node.name:<14} {r.outcome:<11} {r.events:>6}  {detail}")
+
+
+def _print_rack(rack: dict) -> None:
+    """One line per fabric group of the rack-level step, and its failing links."""
+    for g in rack.get("groups", []):
+        print(f"rack step, fabric {g['fabric']}: {g['outcome']}"
+              + (f"  {one_line(g['outcome_reason'], 140)}" if g["outcome_reason"] else ""))
+        for p in g["pairs"]:
+            for f in p["failures"]:
+                print(f"  FAIL {one_line(f['message'], 160)}")
 
 
 def _reports(run_dir: Path, formats: str) -> None:

@@ -92,6 +92,9 @@ def group_vars() -> dict:
         "rackready_validation_site": {
             # lab and CI hosts forbid NVLink multicast, whatever the profile says
             "nccl_nvls_enable": False,
+            # rack-level step: every lab node hangs off the one lab bridge (host0), so
+            # they are one fabric whatever their simulated IB/RoCE (rackready.rack_checks)
+            "rack": {"fabric": "lab-network", "socket_ifname": "host0"},
             "workloads": {
                 "device": "cpu",
                 "storage": {"dir": "/var/tmp/raid-standin", "fio_size": "64M",

@@ -54,7 +54,8 @@ def _threshold_for(thresholds: list[dict[str, Any]], name: str,
 
 def _verdict_rows(judgement: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for v in [*judgement.get("verdicts", []), *judgement.get("fleet_verdicts", [])]:
+    for v in [*judgement.get("verdicts", []), *judgement.get("fleet_verdicts", []),
+              *judgement.get("rack_verdicts", [])]:
         rows.append({
             "check": v["check"], "metric": v["metric"], "outcome": v["outcome"],
             "value": v.get("value"), "unit": v.get("unit", ""),
@@ -194,7 +195,12 @@ def _failure_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
                       generated: str) -> dict[str, Any]:
     outcomes = [d["outcome"] for d in node_docs]
-    outcome = rack_outcome(outcomes)
+    # --- rack-level step (rackready.rack_checks): its fabrics count toward the rack ---
+    from rackready.rack_checks import rack_outcome_of, read_rack, report_groups
+
+    rack_step = read_rack(data.path)
+    outcome = rack_outcome(outcomes + rack_outcome_of(rack_step))
+    # --- end rack-level step ---
     run = data.run
     unreported = [d["node"] for d in node_docs if d["outcome"] == "INCOMPLETE"]
     doc = {
@@ -209,7 +215,7 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
         "operator_info": {str(k): str(v) for k, v in (run.get("operator") or {}).items()},
         "generator": {"name": "rackready.report", "version": generator_version()},
         "outcome": outcome,
-        "outcome_reason": _rack_reason(outcome, node_docs),
+        "outcome_reason": _rack_reason(outcome, node_docs, rack_step),
         "partial": any(d["scope"]["partial"] for d in node_docs),
         "level": run.get("level"),
         "planned_nodes": [n["name"] for n in run.get("nodes") or []],
@@ -223,15 +229,21 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
             "problems": d["problems"],
         } for d in node_docs],
         "fleet": {**node_docs[0]["fleet"], "per_gpu": per_gpu_values(data.nodes)},
+        "rack_checks": report_groups(rack_step),
         "signoff": empty_signoff(),
     }
     return seal(doc)
 
 
-def _rack_reason(outcome: str, node_docs: list[dict[str, Any]]) -> str:
+def _rack_reason(outcome: str, node_docs: list[dict[str, Any]],
+                 rack_step: dict[str, Any] | None = None) -> str:
     if outcome == "PASS":
         return ""
     hit = [d for d in node_docs if d["outcome"] == outcome]
+    groups = [g for g in (rack_step or {}).get("groups", []) if g["outcome"] == outcome]
+    if groups and not hit:  # only the rack-level step did not pass
+        g = groups[0]
+        return f"{outcome}: rack step on fabric {g['fabric']} ({g['outcome_reason']})"
     names = ", ".join(d["node"] for d in hit[:6]) + (" …" if len(hit) > 6 else "")
     first = hit[0]["outcome_reason"] if hit else ""
     return f"{outcome}: {names}" + (f" ({first})" if len(hit) == 1 and first else "")

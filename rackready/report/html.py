@@ -104,4 +104,5 @@ def render_rack_html(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> s
         doc=rack, banners=views.banners(rack), reason=views.rack_reason(rack),
         rows=views.rack_rows(rack, node_docs), counts=views.rack_counts(rack),
         figures=_figures([fig] if fig else []), signoff=views.signoff(rack),
+        rack_step=views.rack_step(rack),
     )

@@ -799,6 +799,41 @@ def rack_rows(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> list[dic
     return rows
 
 
+# --- rack-level step (rackready.rack_checks) ---
+
+def rack_step(rack: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per fabric: the all_reduce, the links (failing first) and who was left out."""
+    out = []
+    for g in rack.get("rack_checks") or []:
+        ar = g.get("allreduce") or {}
+        pairs = sorted(g.get("pairs") or [],
+                       key=lambda p: (p["outcome"] != "fail", p["node_a"], p["node_b"],
+                                      p["rail"]))
+        limit = next((p["threshold"] for p in pairs if p.get("threshold")), None)
+        out.append({
+            "fabric": g["fabric"], "outcome": g["outcome"],
+            "reason": naming.clean(g.get("outcome_reason") or ""),
+            "members": ", ".join(g.get("members") or []) or "—",
+            "left_out": [f"{e['node']}: {naming.clean(e['reason'])}"
+                         for e in g.get("left_out") or []],
+            "allreduce": (f"{ar['value']} {ar.get('unit', '')}, correct {ar.get('correct')}"
+                          f" ({ar.get('outcome')})") if ar else "not measured",
+            "limit": (f"{limit['op']} {limit['value']} {limit.get('unit', '')}" if limit
+                      else "—"),
+            "provenance": (limit or {}).get("provenance", ""),
+            "simulated": any(p.get("simulated") for p in pairs),
+            "pairs": [{**p, "link": f"{p['node_a']} {p['nic_a']} ↔ {p['node_b']} {p['nic_b']}",
+                       "why": "; ".join(naming.clean(m) for m in p.get("messages") or [])}
+                      for p in pairs],
+            "suspects": [f"{s['node']} {s['nic']} (rail {s['rail']}: {s['why']})"
+                         for s in g.get("suspects") or []],
+            "problems": [naming.clean(p) for p in g.get("problems") or []],
+        })
+    return out
+
+# --- end rack-level step ---
+
+
 def rack_counts(rack: dict[str, Any]) -> list[tuple[str, int]]:
     outcomes = [e.get("outcome") for e in rack.get("nodes", [])]
     return [(k, outcomes.count(k)) for k in OUTCOMES if outcomes.count(k)]

@@ -223,4 +223,18 @@ WORKLOAD_METRICS: list[Metric] = [
     _m("fsdp.ckpt_bytes", "B", "size of the distributed checkpoint", "equal", judged=False),
     _m("fsdp.ckpt_write_gbps", "GB/s", "torch.distributed.checkpoint save throughput", "higher"),
     _m("fsdp.ckpt_read_gbps", "GB/s", "torch.distributed.checkpoint load throughput", "higher"),
+    # --- rack-level step (rackready.rack_checks, validation.workloads.rack_nccl) ---
+    # Measured across nodes on one fabric and judged on the controller, never by a node.
+    _m("rack.pair_busbw", "GB/s",
+       "one rail between two nodes: sendrecv bandwidth each way at once (labels node_a, "
+       "node_b, rail, nic_a, nic_b)", "higher"),
+    _m("rack.pair_busbw_vs_median", "",
+       "a pair's rail bandwidth over the median of every pair and rail of its fabric",
+       "higher"),
+    _m("rack.allreduce_busbw", "GB/s",
+       "all_reduce bus bandwidth across every node of one fabric (nccl-tests factors)",
+       "higher"),
+    _m("rack.allreduce_correct", "", "the cross-node all_reduce summed exactly on every rank",
+       "equal"),
+    # --- end rack-level step ---
 ]

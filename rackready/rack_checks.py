@@ -1,0 +1,476 @@
+"""The rack-level step of `invoke validate --inventory`: after the node suites, the
+nodes of each fabric run validation.workloads.rack_nccl together (an all_reduce
+across all of them, then every pair rail by rail), and the controller judges it.
+
+Fabric: the site's `rack.fabric` (rackready_validation_site) where given, else the
+node's fabric kind (ib, roce): nodes in one group are cabled to the same switches.
+A node that was unreachable or whose suite did not complete is left out with its
+reason; a group that misses a planned node is never PASS.
+
+Judgement (here, from the measurements, against each end's profile; a link is
+held to the looser of its two ends' floors, as the slower end bounds it):
+
+    rack.pair_busbw            >= floor per rail (GB/s)
+    rack.pair_busbw_vs_median  >= ratio of the fabric's median rail
+    rack.allreduce_busbw       >= floor, rack.allreduce_correct == true
+
+A failing pair's two nodes each get a FAIL verdict (scope "rack") naming the link:
+both nodes, the rail, both NICs, and the side whose port refused where known. The
+record goes to <run>/_rack/rack.json; rackready.judging carries the verdicts into
+the nodes' judgements and the rack report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rackready.rundir import RunDir, _write_json_atomic, now_iso
+from rackready.sanitize import one_line
+
+# The step's two checks: the all_reduce (judged per fabric) and the pairwise links
+# (judged per link, a FAIL verdict on both ends).
+RACK_CHECKS = ("rack.allreduce", "rack.pairwise")
+RACK_DIRNAME = "_rack"  # not a node folder: node names never start with "_"
+RACK_FILE = "rack.json"
+RDZV_PORT = 29401
+OUT = "/var/tmp/rackready-rack"
+PAIR_METRIC, RATIO_METRIC = "rack.pair_busbw", "rack.pair_busbw_vs_median"
+AR_METRIC, AR_OK_METRIC = "rack.allreduce_busbw", "rack.allreduce_correct"
+# Workload sizes: the lab moves a few MiB over one veth; real rails 64/256 MiB.
+SIZES = {"cpu": ("4M", "4M", "1", "3", "3"), "cuda": ("64M", "256M", "5", "20", "3")}
+# Seconds the whole workload may take on a node (a peer that never joins the rendezvous
+# must not hold the run for long): the lab's tiny sizes, or real rails.
+TIMEOUT_S = {"cpu": 240, "cuda": 600}
+
+
+@dataclass(frozen=True)
+class Floors:
+    """One node's rack-level limits, from its controller-side profile."""
+
+    pair: dict[str, Any] | None
+    ratio: dict[str, Any] | None
+    allreduce: dict[str, Any] | None
+    allreduce_ok: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, profile) -> Floors:
+        def first(metric: str) -> dict[str, Any] | None:
+            ts = [t for t in profile.thresholds_for(metric) if not t.labels]
+            return ts[0].to_dict() if ts else None
+
+        return cls(first(PAIR_METRIC), first(RATIO_METRIC), first(AR_METRIC),
+                   first(AR_OK_METRIC))
+
+
+def fabric_key(site: dict[str, Any], fabric: str) -> str:
+    rack = site.get("rack") if isinstance(site.get("rack"), dict) else {}
+    return str(rack.get("fabric") or fabric or "default")
+
+
+def eligibility(session: dict[str, Any], judgement: dict[str, Any] | None) -> str:
+    """'' when the node can take part; else why it is left out."""
+    problem = str(session.get("problem") or "")
+    if problem.startswith("unreachable"):
+        return problem
+    if not judgement:
+        return "not judged"
+    if judgement.get("outcome") == "INCOMPLETE":
+        return one_line(f"node suite incomplete: {judgement.get('outcome_reason') or problem}",
+                        160)
+    return ""
+
+
+def groups(plan, judgements: dict[str, dict[str, Any]], sessions: dict[str, dict[str, Any]]
+           ) -> dict[str, dict[str, Any]]:
+    """fabric -> {"planned": [...], "members": [...], "left_out": [{node, reason}]}."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in plan.nodes:
+        key = fabric_key(dict(p.site), str(p.site.get("fabric") or ""))
+        g = out.setdefault(key, {"planned": [], "members": [], "left_out": []})
+        g["planned"].append(p.name)
+        why = eligibility(sessions.get(p.name, {}), judgements.get(p.name))
+        if why:
+            g["left_out"].append({"node": p.name, "reason": why})
+        else:
+            g["members"].append(p.name)
+    return out
+
+
+# --- judging (pure) ------------------------------------------------------------------
+
+
+def _looser(ts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The looser of the ends' floors ('>=' limits): the slower end bounds a link."""
+    have = [t for t in ts if t]
+    return min(have, key=lambda t: float(t["value"])) if have else None
+
+
+def _passes(value: Any, t: dict[str, Any] | None) -> bool:
+    if t is None:
+        return False  # a judged metric without a limit never passes
+    op, limit = t["op"], t["value"]
+    if op == ">=":
+        return isinstance(value, int | float) and float(value) >= float(limit)
+    if op == "==":
+        return value == limit
+    return False
+
+
+def _limit(t: dict[str, Any] | None) -> str:
+    return f"{t['op']} {t['value']} {t.get('unit', '')}".strip() if t else "no limit"
+
+
+def link_words(rec: dict[str, Any]) -> str:
+    lb = rec["labels"]
+    return (f"{lb['node_a']} {lb['nic_a']} <-> {lb['node_b']} {lb['nic_b']} "
+            f"(rail {lb['rail']})")
+
+
+def judge_group(name: str, planned: list[str], members: list[str],
+                left_out: list[dict[str, str]], records: list[dict[str, Any]],
+                floors: dict[str, Floors], problems: list[str],
+                expected_rails: dict[str, int]) -> dict[str, Any]:
+    """One fabric's rack-level judgement from the workload's measurements."""
+    problems = list(problems)
+    pairs = [r for r in records if r.get("name") == PAIR_METRIC]
+    ar = next((r for r in records if r.get("name") == AR_METRIC), None)
+    ar_ok = next((r for r in records if r.get("name") == AR_OK_METRIC), None)
+    rows: list[dict[str, Any]] = []
+    carried = [r for r in pairs if not r["labels"].get("refused")]
+    median = statistics.median(float(r["value"]) for r in carried) if carried else None
+    got = {(r["labels"]["node_a"], r["labels"]["node_b"], str(r["labels"]["rail"]))
+           for r in pairs}
+    for i, a in enumerate(members):
+        for b in members[i + 1:]:
+            for rail in range(min(expected_rails.get(a, 0), expected_rails.get(b, 0))):
+                if (a, b, str(rail)) not in got and (b, a, str(rail)) not in got:
+                    problems.append(f"no measurement for {a} <-> {b} rail {rail}")
+    for r in pairs:
+        lb = r["labels"]
+        ends = [floors.get(lb["node_a"]), floors.get(lb["node_b"])]
+        floor = _looser([f.pair if f else None for f in ends])
+        rfloor = _looser([f.ratio if f else None for f in ends])
+        value = float(r["value"])
+        ratio = round(value / median, 4) if median else None
+        refused = lb.get("refused", "")
+        fails = []
+        if refused:
+            fails.append((PAIR_METRIC, value, "GB/s", floor,
+                          f"link {link_words(r)} refused: {refused}"))
+        else:
+            if not _passes(value, floor):
+                fails.append((PAIR_METRIC, value, "GB/s", floor,
+                              f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
+            if ratio is not None and not _passes(ratio, rfloor):
+                fails.append((RATIO_METRIC, ratio, "", rfloor,
+                              f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
+                              f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"))
+        rows.append({"node_a": lb["node_a"], "node_b": lb["node_b"], "rail": int(lb["rail"]),
+                     "nic_a": lb["nic_a"], "nic_b": lb["nic_b"], "value": value,
+                     "unit": "GB/s", "vs_median": ratio, "refused": refused,
+                     "simulated": lb.get("simulated", ""), "threshold": floor,
+                     "outcome": "fail" if fails else "pass",
+                     "failures": [{"metric": m, "value": v, "unit": u, "threshold": t,
+                                   "message": msg} for m, v, u, t, msg in fails]})
+    allreduce = None
+    if ar is not None:
+        ar_floor = _looser([floors[n].allreduce for n in members if n in floors])
+        ok_limit = next((floors[n].allreduce_ok for n in members
+                         if n in floors and floors[n].allreduce_ok), None)
+        ok = ar_ok["value"] if ar_ok else None
+        passed = _passes(ar["value"], ar_floor) and _passes(ok, ok_limit)
+        allreduce = {"check": RACK_CHECKS[0], "value": ar["value"], "unit": "GB/s",
+                     "correct": ok,
+                     "labels": ar["labels"], "threshold": ar_floor,
+                     "outcome": "pass" if passed else "fail",
+                     "message": "" if passed else (
+                         f"all_reduce across {len(members)} nodes: {ar['value']} GB/s "
+                         f"(limit {_limit(ar_floor)}), correct {ok}")}
+    elif len(members) >= 2:
+        problems.append("the all_reduce reported no measurement")
+    failing = [r for r in rows if r["outcome"] == "fail"]
+    missing = [n["node"] for n in left_out]
+    if len(planned) < 2:
+        outcome, reason = "NOT_APPLICABLE", f"one node on fabric {name}: no pairs"
+    elif failing or (allreduce and allreduce["outcome"] == "fail"):
+        outcome = "FAIL"
+        reason = (failing[0]["failures"][0]["message"] if failing
+                  else allreduce["message"] if allreduce else "")
+    elif missing or problems or len(members) < 2:
+        outcome = "INCOMPLETE"
+        reason = (f"left out: {', '.join(missing)}" if missing
+                  else problems[0] if problems else "fewer than two nodes took part")
+    else:
+        outcome, reason = "PASS", ""
+    return {"fabric": name, "planned": planned, "members": members, "left_out": left_out,
+            "outcome": outcome, "outcome_reason": one_line(reason, 300),
+            "median_rail_gbps": median, "allreduce": allreduce, "pairs": rows,
+            "suspects": suspects(rows), "problems": problems}
+
+
+def suspects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rail: the node in every failing pair of that rail (two or more pairs), or
+    the end whose port refused. With two nodes only a refusal can say which end."""
+    out = []
+    by_rail: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["outcome"] == "fail":
+            by_rail.setdefault(r["rail"], []).append(r)
+    for rail, bad in sorted(by_rail.items()):
+        common = set.intersection(*({r["node_a"], r["node_b"]} for r in bad))
+        for node in sorted(common) if len(bad) >= 2 else []:
+            nic = next(r["nic_a"] if r["node_a"] == node else r["nic_b"] for r in bad)
+            out.append({"node": node, "rail": rail, "nic": nic,
+                        "why": f"in all {len(bad)} failing pairs of rail {rail}"})
+        for r in bad:
+            for side in ("a", "b"):
+                node, nic = r[f"node_{side}"], r[f"nic_{side}"]
+                if f"{node} {nic} port" in r["refused"] and not any(
+                        s["node"] == node and s["rail"] == rail for s in out):
+                    out.append({"node": node, "rail": rail, "nic": nic,
+                                "why": "its port refused the rail"})
+    return out
+
+
+def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """node -> FAIL verdicts (scope rack) naming each failing link it is an end of."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for g in rack.get("groups", []):
+        sus = {(s["node"], s["rail"]) for s in g.get("suspects", [])}
+        for r in g.get("pairs", []):
+            for f in r["failures"]:
+                for me, peer, side in ((r["node_a"], r["node_b"], "a"),
+                                       (r["node_b"], r["node_a"], "b")):
+                    nic = r[f"nic_{side}"]
+                    other = r["nic_b" if side == "a" else "nic_a"]
+                    where = (f"this node's {nic} is the suspect end"
+                             if (me, r["rail"]) in sus
+                             else f"the suspect end is {peer} {other}"
+                             if (peer, r["rail"]) in sus
+                             else f"check both ends: {me} {nic} and {peer} {other}")
+                    out.setdefault(me, []).append({
+                        "check": RACK_CHECKS[1], "metric": f["metric"], "outcome": "fail",
+                        "value": f["value"], "unit": f["unit"],
+                        "labels": {"peer": peer, "rail": str(r["rail"]), "nic": nic,
+                                   "peer_nic": other},
+                        "threshold": f["threshold"], "spread": None, "scope": "rack",
+                        "component": f"link {me} {nic} <-> {peer} {other} (rail {r['rail']})",
+                        "message": f["message"] + (" [SIMULATED rail: gloo over the lab "
+                                                   "network]" if r.get("simulated") else ""),
+                        "remediation": f"{where}: port state, cable and transceiver on rail "
+                                       f"{r['rail']}, then the switch port; re-run the rack "
+                                       "step (invoke validate --inventory)",
+                    })
+    return out
+
+
+def rack_outcome_of(rack: dict[str, Any]) -> list[str]:
+    """The groups' outcomes that count toward the rack's (not-applicable ones do not)."""
+    return [g["outcome"] for g in rack.get("groups", []) if g["outcome"] != "NOT_APPLICABLE"]
+
+
+def parse_records(text: str, problems: list[str], node: str) -> list[dict[str, Any]]:
+    """The workload's JSON lines (untrusted): well-formed, finite, named; else counted."""
+    out, bad = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+            ok = (isinstance(rec, dict) and isinstance(rec.get("name"), str)
+                  and isinstance(rec.get("labels"), dict)
+                  and (isinstance(rec.get("value"), bool) or (
+                      isinstance(rec.get("value"), int | float)
+                      and math.isfinite(rec["value"]))))
+            if rec.get("name") == PAIR_METRIC:
+                ok = ok and all(k in rec["labels"]
+                                for k in ("node_a", "node_b", "rail", "nic_a", "nic_b"))
+        except (ValueError, TypeError):
+            ok = False
+        if ok:
+            out.append(rec)
+        else:
+            bad += 1
+    if bad:
+        problems.append(f"{node}: {bad} unusable rack measurement line(s) skipped")
+    return out
+
+
+def read_rack(run_path: Path) -> dict[str, Any]:
+    """The run's rack record ({} when the run had no rack-level step)."""
+    from rackready.rundir import _read_own_json
+
+    return _read_own_json(Path(run_path) / RACK_DIRNAME / RACK_FILE)
+
+
+# --- running (over SSH) -----------------------------------------------------------------
+
+
+def _torchrun(node, rank: int, nnodes: int, endpoint: str, run_id: str, bundle_dir: str,
+              device: str, rails: list[str], simulated: bool, line_rate: float,
+              socket_ifname: str | None, venv: str) -> str:
+    pair, allr, warm, iters, reps = SIZES[device]
+    nproc = "1" if device == "cpu" else str(max(1, len(rails)))
+    args = [f"{venv}/bin/python", "-m", "torch.distributed.run",
+            "--nnodes", str(nnodes), "--nproc-per-node", nproc, "--node-rank", str(rank),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+            "-m", "validation.workloads.rack_nccl", "--device", device, "--name", node.name,
+            "--rails", ",".join(rails), "--sysroot", node.sysroot,
+            "--line-rate-gbps", str(line_rate), "--pair-size", pair,
+            "--allreduce-size", allr, "--warmup", warm, "--iters", iters, "--repeats", reps,
+            "--out", OUT]
+    if simulated:
+        args.append("--simulated-rails")
+    env = {"PYTHONUNBUFFERED": "1"}
+    if socket_ifname:  # the lab's one network, for gloo and NCCL's bootstrap alike
+        env |= {"GLOO_SOCKET_IFNAME": socket_ifname, "NCCL_SOCKET_IFNAME": socket_ifname}
+    assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return (f"rm -rf {OUT} && mkdir -p {OUT} && cd {shlex.quote(bundle_dir)} && "
+            f"{assign} timeout {TIMEOUT_S[device]} {shlex.join(args)}")
+
+
+def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any],
+              profiles: dict[str, Any], bundle_payload: tuple[bytes, str],
+              venv_of, nccl_env_of, progress=lambda msg: None) -> dict[str, Any]:
+    """Run the workload on the group's members and judge it."""
+    from rackready import ssh
+    from rackready.node_session import SessionError, build_remote_command, ship_bundle
+
+    members = list(group["members"])
+    floors = {n: Floors.of(profiles[n]) for n in members if profiles.get(n) is not None}
+    rails = {n: list(nodes[n].rdma_devices) for n in members}
+    counts = {n: len(r) for n, r in rails.items()}
+    problems: list[str] = []
+    records: list[dict[str, Any]] = []
+    folder = run.path / RACK_DIRNAME / _safe(key)
+    if len(group["planned"]) < 2 or len(members) < 2:
+        return judge_group(key, group["planned"], members, group["left_out"], [], floors,
+                           [] if len(group["planned"]) < 2 else
+                           ["fewer than two nodes can take part"], counts)
+    folder.mkdir(parents=True, exist_ok=True)
+    site = dict(run.plan.node(members[0]).site) if run.plan else {}
+    device = str((site.get("workloads") or {}).get("device") or "cuda")
+    rack_site = site.get("rack") if isinstance(site.get("rack"), dict) else {}
+    simulated = any(getattr(profiles.get(n), "simulated", False) for n in members)
+    line_rate = min(float(((profiles[n].inventory.get("nic") or {}).get("rate_gbps")) or 400)
+                    for n in members if profiles.get(n) is not None)
+    # its own remote run folder, new on every attempt (a resumed run re-runs the step)
+    stamp = _safe(now_iso().replace(":", "").replace("-", "").replace("+", ""))
+    run_id = f"{run.plan.run_id if run.plan else 'rack'}-rack-{_safe(key)}-{stamp}"[-127:]
+    endpoint = f"{nodes[members[0]].address}:{int(rack_site.get('rdzv_port') or RDZV_PORT)}"
+    clients: dict[str, Any] = {}
+    try:
+        for n in members:
+            try:
+                clients[n] = ssh.connect(nodes[n])
+            except Exception as exc:  # noqa: BLE001  recorded, never raised
+                problems.append(one_line(f"{n}: unreachable for the rack step: {exc}"))
+        if problems:
+            return judge_group(key, group["planned"], members, group["left_out"], [], floors,
+                               problems, counts)
+        progress(f"rack step on fabric {key}: shipping the bundle to {len(members)} nodes")
+        dirs = {}
+        for n in members:
+            try:
+                dirs[n] = ship_bundle(clients[n], bundle_payload, remote_base="/var/lib/rackready",
+                                      run_id=run_id, become=nodes[n].become)
+            except SessionError as exc:
+                problems.append(one_line(f"{n}: bundle: {exc}"))
+        if problems:
+            return judge_group(key, group["planned"], members, group["left_out"], [], floors,
+                               problems, counts)
+        progress(f"rack step on fabric {key}: all_reduce and pairwise over "
+                 f"{'gloo (lab, SIMULATED rails)' if device == 'cpu' else 'NCCL'}")
+
+        def one(i: int) -> tuple[int, str, str]:
+            n = members[i]
+            script = _torchrun(nodes[n], i, len(members), endpoint, run_id, dirs[n], device,
+                               rails[n], simulated, line_rate,
+                               rack_site.get("socket_ifname"), venv_of(nodes[n]))
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in nccl_env_of(nodes[n]).items())
+            cmd = build_remote_command((f"export {env}; " if env else "") + script,
+                                       become=nodes[n].become)
+            try:
+                return ssh.run(clients[n], cmd, timeout_s=TIMEOUT_S[device] + 60)
+            except Exception as exc:  # noqa: BLE001  recorded, never raised
+                return 255, "", f"{type(exc).__name__}: {exc}"
+
+        with ThreadPoolExecutor(len(members)) as pool:
+            results = list(pool.map(one, range(len(members))))
+        for n, (rc, out, err) in zip(members, results, strict=True):
+            (folder / f"{_safe(n)}.log").write_text(out + err, encoding="utf-8")
+            if rc != 0:
+                tail = one_line(err.strip().splitlines()[-1] if err.strip() else "", 200)
+                problems.append(f"{n}: rack workload exited {rc}" + (f": {tail}" if tail else ""))
+            code, text, _ = ssh.run(clients[n], build_remote_command(
+                f"cat {OUT}/rack_nccl.rank*.jsonl 2>/dev/null", become=nodes[n].become))
+            (folder / f"{_safe(n)}.jsonl").write_text(text, encoding="utf-8")
+            records += parse_records(text, problems, n)
+    finally:
+        for c in clients.values():
+            c.close()
+    return judge_group(key, group["planned"], members, group["left_out"], records, floors,
+                       problems, counts)
+
+
+def _safe(text: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
+
+
+def run_rack_step(run: RunDir, targets: list, judgements: dict[str, dict[str, Any]],
+                  bundle_payload: tuple[bytes, str], venv_of, nccl_env_of,
+                  progress=print) -> dict[str, Any]:
+    """Every fabric group of the run: run, judge, write <run>/_rack/rack.json."""
+    from rackready.judging import controller_profile
+
+    assert run.plan is not None
+    nodes = {n.name: n for n in targets}
+    sessions = {n: run.read_session(n) for n in nodes}
+    profiles = {p.name: controller_profile(p) for p in run.plan.nodes}
+    rack: dict[str, Any] = {"started": now_iso(), "groups": []}
+    for key, g in groups(run.plan, judgements, sessions).items():
+        g["members"] = [n for n in g["members"] if n in nodes]
+        try:
+            rec = run_group(run, key, g, nodes, profiles, bundle_payload, venv_of,
+                            nccl_env_of, progress)
+        except Exception as exc:  # noqa: BLE001  the nodes' reports must still be written
+            rec = judge_group(key, g["planned"], g["members"], g["left_out"], [], {},
+                              [one_line(f"controller error in the rack step: "
+                                        f"{type(exc).__name__}: {exc}")], {})
+        rack["groups"].append(rec)
+    rack["finished"] = now_iso()
+    (run.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(run.path / RACK_DIRNAME / RACK_FILE, rack)
+    return rack
+
+
+def report_groups(rack: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rack report's view of the step: every group, its links and its judgement."""
+    out = []
+    for g in rack.get("groups", []):
+        ar = g.get("allreduce")
+        out.append({
+            "fabric": g["fabric"], "outcome": g["outcome"],
+            "outcome_reason": g["outcome_reason"], "planned": g["planned"],
+            "members": g["members"], "left_out": g["left_out"],
+            "median_rail_gbps": g.get("median_rail_gbps"),
+            "allreduce": None if ar is None else {
+                k: ar.get(k) for k in ("value", "unit", "correct", "outcome", "message",
+                                       "threshold", "labels")},
+            "pairs": [{k: p.get(k) for k in ("node_a", "node_b", "rail", "nic_a", "nic_b",
+                                              "value", "unit", "vs_median", "refused",
+                                              "simulated", "outcome", "threshold")}
+                      | {"messages": [f["message"] for f in p["failures"]]}
+                      for p in g.get("pairs", [])],
+            "suspects": g.get("suspects", []), "problems": g.get("problems", []),
+        })
+    return out

@@ -1,0 +1,305 @@
+"""The rack-level step: pair rounds, rail gating, the controller's judgement of a
+fabric, and the verdicts it hands both ends of a weak link."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from rackready import rack_checks as rc
+from rackready.judging import _decide
+from validation.profile import load_profile
+from validation.workloads import rack_nccl as wl
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8, 9, 32])
+def test_rounds_cover_every_pair_once_in_o_n_rounds(n):
+    rounds = wl.rounds(n)
+    pairs = [p for r in rounds for p in r]
+    assert sorted(pairs) == list(itertools.combinations(range(n), 2))
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    for r in rounds:  # disjoint: a node is in at most one pair per round
+        nodes = [x for p in r for x in p]
+        assert len(nodes) == len(set(nodes))
+
+
+IBSTAT = """CA 'mlx5_0'
+\tCA type: MT4129
+\tFirmware version: 28.39.1002
+\tPort 1:
+\t\tState: Active
+\t\tPhysical state: LinkUp
+\t\tRate: 400
+\t\tLink layer: InfiniBand
+CA 'mlx5_1'
+\tCA type: MT4129
+\tFirmware version: 28.39.1002
+\tPort 1:
+\t\tState: Down
+\t\tPhysical state: Polling
+\t\tRate: 10
+\t\tLink layer: InfiniBand
+"""
+
+
+def _sysfs(tmp_path, cas: dict[str, str]):
+    for name, bdf in cas.items():
+        dev = tmp_path / "sys/bus/pci/devices" / bdf
+        dev.mkdir(parents=True)
+        ca = tmp_path / "sys/class/infiniband" / name
+        ca.mkdir(parents=True)
+        (ca / "device").symlink_to(dev)
+    return tmp_path
+
+
+def test_rail_table_maps_pci_addresses_to_hcas_and_port_state(tmp_path):
+    root = _sysfs(tmp_path, {"mlx5_0": "0000:1a:00.0", "mlx5_1": "0000:3c:00.0"})
+    table = wl.rail_table(["0000:1a:00.0", "0000:3C:00.0", "0000:99:00.0"], root, IBSTAT)
+    assert [(r["nic"], r["state"], r["rate"]) for r in table] == [
+        ("mlx5_0", "Active", 400.0), ("mlx5_1", "Down", 10.0), (None, None, None)]
+    up, down, none = table
+    assert wl.refusal("a", up, "b", up) == ""
+    assert wl.refusal("a", up, "b", down) == "b mlx5_1 port Down"
+    assert "a has no HCA at 0000:99:00.0" in wl.refusal("a", none, "b", up)
+
+
+def test_simulated_slowdown_follows_the_port_rate():
+    full, half, dead = ({"rate": r} for r in (400.0, 200.0, 10.0))
+    assert wl.slowdown(full, full, 400) == 1
+    assert wl.slowdown(full, half, 400) == 2
+    assert wl.slowdown(dead, full, 400) == wl.MAX_SLOWDOWN
+    assert wl.slowdown({"rate": None}, full, 400) == 1
+
+
+# --- the controller's judgement ---------------------------------------------------------
+
+LAB = rc.Floors.of(load_profile("xe9680-h200-lab"))
+REAL = rc.Floors.of(load_profile("xe9680-h200"))
+
+
+def _pair(a, b, rail, value, refused=""):
+    labels = {"node_a": a, "node_b": b, "rail": str(rail), "nic_a": f"mlx5_{rail}",
+              "nic_b": f"mlx5_{rail}", "size_bytes": "4194304", "round": "0"}
+    if refused:
+        labels["refused"] = refused
+    return {"name": "rack.pair_busbw", "value": value, "unit": "GB/s", "labels": labels}
+
+
+def _ar(value, ok=True):
+    lab = {"ranks": "3", "nodes": "n1,n2,n3", "size_bytes": "4194304"}
+    return [{"name": "rack.allreduce_busbw", "value": value, "unit": "GB/s", "labels": lab},
+            {"name": "rack.allreduce_correct", "value": ok, "unit": "", "labels": lab}]
+
+
+def _judge(records, members=("n1", "n2", "n3"), floors=LAB, rails=2, left_out=()):
+    planned = list(members) + [n["node"] for n in left_out]
+    return rc.judge_group("fab", planned, list(members), list(left_out), records,
+                          {n: floors for n in planned}, [], {n: rails for n in planned})
+
+
+def _healthy(members=("n1", "n2", "n3"), rails=2, value=0.5):
+    return [_pair(a, b, r, value) for a, b in itertools.combinations(members, 2)
+            for r in range(rails)]
+
+
+def test_healthy_fabric_passes():
+    g = _judge(_healthy() + _ar(0.4))
+    assert (g["outcome"], g["outcome_reason"], g["problems"]) == ("PASS", "", [])
+    assert all(p["outcome"] == "pass" for p in g["pairs"]) and len(g["pairs"]) == 6
+    assert rc.node_verdicts({"groups": [g]}) == {}
+
+
+def test_refused_rail_names_the_link_and_the_down_port_in_both_nodes_verdicts():
+    recs = [r for r in _healthy() if not (r["labels"]["rail"] == "0" and
+                                          "n2" in (r["labels"]["node_a"], r["labels"]["node_b"]))]
+    recs += [_pair("n1", "n2", 0, 0.0, "n2 mlx5_0 port Down"),
+             _pair("n2", "n3", 0, 0.0, "n2 mlx5_0 port Down")]
+    g = _judge(recs + _ar(0.4))
+    assert g["outcome"] == "FAIL" and "n2 mlx5_0 port Down" in g["outcome_reason"]
+    assert {(s["node"], s["rail"], s["nic"]) for s in g["suspects"]} == {("n2", 0, "mlx5_0")}
+    verdicts = rc.node_verdicts({"groups": [g]})
+    assert set(verdicts) == {"n1", "n2", "n3"}
+    assert all(v["scope"] == "rack" and v["outcome"] == "fail" for vs in verdicts.values()
+               for v in vs)
+    assert len(verdicts["n2"]) == 2 and len(verdicts["n1"]) == 1
+    v = verdicts["n1"][0]
+    assert "n1 mlx5_0 <-> n2 mlx5_0 (rail 0)" in v["component"]
+    assert "the suspect end is n2 mlx5_0" in v["remediation"]
+    assert "this node's mlx5_0 is the suspect end" in verdicts["n2"][0]["remediation"]
+
+
+def test_slow_rail_above_the_floor_fails_against_the_fabric_median():
+    key = ("n1", "n3", "1")
+    recs = [r for r in _healthy()
+            if (r["labels"]["node_a"], r["labels"]["node_b"], r["labels"]["rail"]) != key]
+    recs.append(_pair("n1", "n3", 1, 0.1))  # above the 0.005 floor, 0.2 x the median
+    g = _judge(recs + _ar(0.4))
+    bad = [p for p in g["pairs"] if p["outcome"] == "fail"]
+    assert g["outcome"] == "FAIL" and len(bad) == 1
+    assert [f["metric"] for f in bad[0]["failures"]] == ["rack.pair_busbw_vs_median"]
+    assert bad[0]["vs_median"] == pytest.approx(0.2)
+
+
+def test_real_floor_is_the_profile_per_rail_expectation():
+    g = _judge(_healthy(value=45.0)[:-1] + [_pair("n2", "n3", 1, 39.0)] + _ar(300.0),
+               floors=REAL)
+    bad = [p for p in g["pairs"] if p["outcome"] == "fail"]
+    assert [(p["node_a"], p["node_b"], p["rail"]) for p in bad] == [("n2", "n3", 1)]
+    assert bad[0]["threshold"]["value"] == 40.0 and bad[0]["threshold"]["unit"] == "GB/s"
+    assert "NDR 400" in bad[0]["threshold"]["provenance"]
+
+
+def test_a_missing_node_or_measurement_never_passes():
+    left = [{"node": "n3", "reason": "unreachable: timed out"}]
+    g = _judge(_healthy(("n1", "n2")) + _ar(0.4), members=("n1", "n2"), left_out=left)
+    assert g["outcome"] == "INCOMPLETE" and "n3" in g["outcome_reason"]
+    g = _judge(_healthy()[:-1] + _ar(0.4))
+    assert g["outcome"] == "INCOMPLETE" and "no measurement for n2 <-> n3 rail 1" in g["problems"]
+    g = _judge(_healthy())
+    assert g["outcome"] == "INCOMPLETE" and "all_reduce" in g["outcome_reason"]
+    g = _judge([], members=("n1",), left_out=[{"node": "n2", "reason": "x"}])
+    assert g["outcome"] == "INCOMPLETE"
+
+
+def test_one_node_fabric_is_not_applicable_and_does_not_count():
+    g = _judge([], members=("n1",))
+    assert g["outcome"] == "NOT_APPLICABLE"
+    assert rc.rack_outcome_of({"groups": [g]}) == []
+
+
+def test_wrong_all_reduce_fails_the_rack():
+    g = _judge(_healthy() + _ar(0.4, ok=False))
+    assert g["outcome"] == "FAIL" and "correct False" in g["outcome_reason"]
+
+
+def test_records_from_the_node_are_untrusted():
+    problems: list[str] = []
+    text = "\n".join([json.dumps(_pair("a", "b", 0, 1.0)), "not json",
+                      json.dumps({"name": "rack.pair_busbw", "value": 1, "labels": {}}),
+                      '{"name": "rack.allreduce_busbw", "value": NaN, "labels": {}}', ""])
+    recs = rc.parse_records(text, problems, "a")
+    assert len(recs) == 1 and problems == ["a: 3 unusable rack measurement line(s) skipped"]
+
+
+def test_groups_by_fabric_and_leaves_out_with_a_reason():
+    plan = SimpleNamespace(nodes=[
+        SimpleNamespace(name="a", site={"fabric": "ib"}),
+        SimpleNamespace(name="b", site={"fabric": "ib"}),
+        SimpleNamespace(name="c", site={"fabric": "ib"}),
+        SimpleNamespace(name="d", site={"fabric": "roce", "rack": {"fabric": "lab-network"}})])
+    judgements = {"a": {"outcome": "PASS"}, "b": {"outcome": "FAIL"},
+                  "c": {"outcome": "INCOMPLETE", "outcome_reason": "no result"}}
+    sessions = {"d": {"problem": "unreachable: connection refused"}}
+    g = rc.groups(plan, judgements, sessions)
+    assert g["ib"]["members"] == ["a", "b"]  # a node that failed a check still carries traffic
+    assert g["ib"]["left_out"] == [{"node": "c", "reason": "node suite incomplete: no result"}]
+    assert g["lab-network"]["left_out"][0]["reason"].startswith("unreachable")
+
+
+def test_rack_verdicts_fail_the_node_judgement():
+    j = {"verdicts": [{"outcome": "pass"}], "fleet_verdicts": [], "complete": True,
+         "profile_sha256": "x", "problems": [], "node_claimed_outcome": None, "level": "quick",
+         "scope": {"missing_checks": [], "partial": False}}
+    _decide(j)
+    assert j["outcome"] == "PASS"
+    j["rack_verdicts"] = [{"outcome": "fail", "metric": "rack.pair_busbw",
+                           "component": "link a mlx5_0 <-> b mlx5_0 (rail 0)"}]
+    _decide(j)
+    assert j["outcome"] == "FAIL" and "link a mlx5_0" in j["outcome_reason"]
+
+
+# --- the workload itself: two "nodes" as two CPU processes (gloo) -------------------------
+
+
+def test_workload_on_two_cpu_processes_refuses_the_down_rail(tmp_path):
+    """Each process gets its own sysfs and `ibstat`; node b's second rail is Down."""
+    import os
+    import socket
+    import stat
+    import subprocess
+    import sys
+
+    bdfs = ["0000:1a:00.0", "0000:3c:00.0"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank, name in enumerate(("na", "nb")):
+        root = _sysfs(tmp_path / name, {"mlx5_0": bdfs[0], "mlx5_1": bdfs[1]})
+        text = IBSTAT if name == "nb" else IBSTAT.replace("Down", "Active").replace(
+            "Rate: 10", "Rate: 400")
+        tool = tmp_path / name / "bin" / "ibstat"
+        tool.parent.mkdir()
+        tool.write_text(f"#!/bin/sh\ncat <<'X'\n{text}X\n")
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "PATH": f"{tool.parent}:{os.environ['PATH']}", "GLOO_SOCKET_IFNAME": "lo"}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "validation.workloads.rack_nccl", "--device", "cpu",
+             "--name", name, "--rails", ",".join(bdfs), "--sysroot", str(root),
+             "--simulated-rails", "--pair-size", "64K", "--allreduce-size", "64K",
+             "--warmup", "1", "--iters", "2", "--repeats", "1", "--out", str(tmp_path / "out")],
+            env=env, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    problems: list[str] = []
+    recs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
+                            problems, "na")
+    assert problems == []
+    pairs = {r["labels"]["rail"]: r for r in recs if r["name"] == "rack.pair_busbw"}
+    assert pairs["0"]["value"] > 0 and "refused" not in pairs["0"]["labels"]
+    assert pairs["1"]["value"] == 0.0 and pairs["1"]["labels"]["refused"] == "nb mlx5_1 port Down"
+    assert [r["value"] for r in recs if r["name"] == "rack.allreduce_correct"] == [True]
+    g = rc.judge_group("f", ["na", "nb"], ["na", "nb"], [], recs, {"na": LAB, "nb": LAB}, [],
+                       {"na": 2, "nb": 2})
+    assert g["outcome"] == "FAIL" and g["suspects"][0]["node"] == "nb"
+
+
+# --- the reports: rack_checks in the rack report, the link in both node reports ----------
+
+
+def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
+    from test_report_synthetic import result, write_run
+
+    from rackready.report.build import build_documents
+    from rackready.report.html import render_node_html, render_rack_html
+    from rackready.report.schema import schema_errors
+
+    run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02")])
+    recs = [_pair("gpu01", "gpu02", 0, 0.0, "gpu02 mlx5_0 port Down"),
+            _pair("gpu01", "gpu02", 1, 0.8)] + _ar(0.4)
+    g = rc.judge_group("lab-network", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [], recs,
+                       {"gpu01": LAB, "gpu02": LAB}, [], {"gpu01": 2, "gpu02": 2})
+    (run / rc.RACK_DIRNAME).mkdir()
+    (run / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [g]}))
+    for name, verdicts in rc.node_verdicts({"groups": [g]}).items():
+        path = run / name / "judgement.json"  # as judge_run writes it after the step
+        j = json.loads(path.read_text())
+        j["rack_verdicts"] = verdicts
+        _decide(j)
+        path.write_text(json.dumps(j))
+    rack, docs = build_documents(run)
+    for doc in (rack, *docs):
+        assert schema_errors(doc) == []
+    assert rack["outcome"] == "FAIL" and rack["rack_checks"][0]["outcome"] == "FAIL"
+    assert rack["rack_checks"][0]["suspects"][0]["node"] == "gpu02"
+    for d in docs:
+        (v,) = [v for v in d["verdicts"] if v["scope"] == "rack"]
+        assert d["outcome"] == "FAIL" and "rail 0" in v["component"]
+        assert "gpu02 mlx5_0" in render_node_html(d)
+    html = render_rack_html(rack, docs)
+    assert "Rack-level checks" in html and "gpu02 mlx5_0 port Down" in html
+    # a rack step that could not run keeps the rack from passing even when the nodes pass
+    run2 = write_run(tmp_path / "run2", [result("gpu01"), result("gpu02")])
+    (run2 / rc.RACK_DIRNAME).mkdir()
+    left = rc.judge_group("f", ["gpu01", "gpu02"], ["gpu01"], [
+        {"node": "gpu02", "reason": "unreachable: timed out"}], [], {}, [], {})
+    (run2 / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [left]}))
+    rack2, docs2 = build_documents(run2)
+    assert [d["outcome"] for d in docs2] == ["PASS", "PASS"]
+    assert rack2["outcome"] == "INCOMPLETE" and "rack step" in rack2["outcome_reason"]
