@@ -18,8 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from rackready.errors import UserError
 from rackready.inventory import PROJECT_ROOT, BmcAccess, Node
+from rackready.redfish.bios import read_state
 from rackready.redfish.client import Client, RedfishError
 from rackready.redfish.inventory import EXCERPT, gather
 from rackready.rundir import now_iso
@@ -29,6 +32,8 @@ from validation.model import CheckResult, Measurement
 CHECK = "bmc"
 # Where the bios role records each node's provisioning time (the BMC's clock).
 BASELINE_DIR = PROJECT_ROOT / "artifacts" / "bmc"
+# The bios role's profiles: validation judges the BIOS against the same data.
+BIOS_PROFILES = PROJECT_ROOT / "roles" / "bios" / "profiles"
 NO_ADDRESS = "no BMC address (rackready_bmc_address) in the inventory"
 _WORST = {"Critical": 3, "Warning": 2, "unknown": 1, "OK": 0}
 _NOT_PRESENT = {"Absent", "Disabled", "StandbyOffline", "UnavailableOffline"}
@@ -68,7 +73,10 @@ def measurements(data: dict[str, Any], since: str | None) -> list[Measurement]:
     worst = max(groups, key=lambda h: _WORST.get(h, 1)) if groups else "not reported"
     out.append(Measurement("bmc.psu.redundancy", worst, ""))
     for p in data.get("psus") or []:
-        out.append(Measurement("bmc.psu.health", p["health"], "", {"psu": p["name"]}))
+        # the name carries the slot (iDRAC "PS6 Status", iLO "... Supply 4"); the serial is
+        # what an RMA needs
+        psu = p["name"] + (f" serial {p['serial']}" if p.get("serial") else "")
+        out.append(Measurement("bmc.psu.health", p["health"], "", {"psu": psu}))
     for f in data.get("fans") or []:
         if f.get("state") in _NOT_PRESENT - {"Absent"}:
             continue
@@ -98,10 +106,33 @@ def measurements(data: dict[str, Any], since: str | None) -> list[Measurement]:
             labels["entry"] = one_line(f"{e['id']} at {e['created']}: {e['message']}"
                                        + (f" ({e['sensor']})" if e.get("sensor") else ""), 200)
         out.append(Measurement("bmc.log.critical_new", len(entries), "", labels))
+    for attr, (want, have) in sorted((data.get("bios_profile") or {}).items()):
+        out.append(Measurement("bmc.bios.matches_profile", _same(have, want), "",
+                               {"bios": f"{attr} is {have}, profile {want}"}))
     hours = (data.get("system") or {}).get("power_on_hours")
     if hours is not None:
         out.append(Measurement("bmc.power_on_hours", hours, "h"))
     return out
+
+
+def _same(have: Any, want: Any) -> bool:
+    return have is not None and str(have).strip().lower() == str(want).strip().lower()
+
+
+def bios_profile(node: Node) -> tuple[dict[str, Any], str]:
+    """The BIOS settings the bios role applies to this node (its profile's `set` and
+    `implied`, with the site's bios_attributes_override): the role's own data, not a copy."""
+    name = (node.platform or "").split("-")[0]
+    path = BIOS_PROFILES / f"{name}.yml"
+    if not name or not path.is_file():
+        return {}, f"no BIOS profile for platform {node.platform!r}"
+    data = yaml.safe_load(path.read_text()) or {}
+    want = {k: v["value"] for part in ("set", "implied")
+            for k, v in (data.get(part) or {}).items()}
+    override = (node.provisioned or {}).get("bios_attributes_override")
+    if isinstance(override, dict):
+        want.update(override)
+    return want, f"roles/bios/profiles/{name}.yml"
 
 
 def _new_critical(data: dict[str, Any], since: str | None) -> dict[str, list[dict[str, Any]]]:
@@ -148,6 +179,11 @@ def identity(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def bios_attributes(client: Client) -> dict[str, Any]:
+    """The BIOS settings in force (pending ones are not: they wait for a reboot)."""
+    return read_state(client).current
+
+
 def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_DIR
             ) -> dict[str, Any]:
     """One node's out-of-band record (bmc.json). Never raises for the node's trouble."""
@@ -165,10 +201,14 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
             rec["address"] = access.address
             since, source = provisioned_at(node.name, baseline_dir)
             rec["since"], rec["since_source"] = since, source
+            want, rec["bios_profile"] = bios_profile(node)
             with Client(access.address, access.user, secret, ca_file=access.ca_file,
                         insecure_skip_verify=access.insecure_skip_verify, timeout=timeout,
                         node=node.name) as client:
                 data = gather(client)
+                if want:
+                    current = bios_attributes(client)
+                    data["bios_profile"] = {k: (v, current.get(k)) for k, v in want.items()}
             found = measurements(data, since)
             rec["identity"] = identity(data)
             rec["log_excerpt"] = excerpt(data, since)

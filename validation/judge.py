@@ -103,6 +103,7 @@ def component(labels: dict[str, str]) -> str:
                       ("module", "module"),
                       # out of band (BMC): issue 17
                       ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
+                      ("bios", "BIOS setting"),
                       ("log", "BMC log"), ("entry", "entry"),
                       ("cable", "cable"), ("node", "node")):
         if key in labels and not (key == "node" and "gpu" in labels):
@@ -192,6 +193,8 @@ _REMEDIATION: list[tuple[str, str]] = [
     (r"^bmc\.psu\.", "reseat or replace {c}; check its feed (PDU, cable) so every PSU is "
                       "powered and redundancy is restored"),
     (r"^bmc\.fan\.", "replace {c} (hot-swap) and re-run"),
+    (r"^bmc\.bios\.", "re-run the bios role (invoke provision --tags bios) and reboot the node "
+                       "to bring back {c}; find who changed it (BMC log)"),
     (r"^bmc\.(sensor|temperature|voltage)\.", "check {c}: airflow, blanks, fans, inlet "
                                                 "temperature, PSU/VR; see the BMC's log"),
     (r"^bmc\.log\.", "read {c} in the BMC log, fix the part it names, then clear the log "

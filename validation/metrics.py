@@ -121,6 +121,8 @@ _CORE: list[Metric] = [
     _m("bmc.voltage.in_range", "", "voltage within the BMC's critical thresholds", "equal"),
     _m("bmc.log.critical_new", "", "critical BMC log entries (SEL, Lifecycle, IML, IEL) since "
        "provisioning", "lower"),
+    _m("bmc.bios.matches_profile", "", "a BIOS setting in force equals the bios role's profile "
+       "(labelled with the attribute, its value and the profile's)", "equal"),
     _m("bmc.power_on_hours", "h", "hours the system has been powered on", "lower",
        judged=False),
     # issue 16 (w16n): NVSwitch SXids, NVMe SMART health, host DIMMs/EDAC/MCE, host bandwidth

@@ -20,7 +20,8 @@ _CLASSES = [
     ("gpu", r"\bGPU\b|VBIOS|H100|H200"),
     ("psu", r"Power Supply|\bPSU\b"),
     ("nic", r"ConnectX|Mellanox|\bNIC\b|Ethernet|Network|Broadcom|BCM57"),
-    ("drive", r"NVMe|\bSSD\b|Drive|Disk|PM17|Kioxia|Samsung"),
+    # \bDrive\b: not Dell's "OS Driver Pack"
+    ("drive", r"NVMe|\bSSD\b|\bDrive\b|Disk|PM17|Kioxia|Samsung"),
 ]
 LOG_ENTRY_CAP = 2000
 EXCERPT = 20
@@ -156,6 +157,8 @@ def log_entries(client: Client, log_service: str) -> list[dict[str, Any]]:
         for e in body.get("Members") or []:
             if not isinstance(e, dict):
                 continue
+            if set(e) == {"@odata.id"}:  # a BMC that lists links only: read the entry
+                e = client.get(e["@odata.id"])
             out.append({"log": str(svc.get("Id") or log_service.rsplit("/", 1)[-1]),
                         "id": str(e.get("Id") or ""), "created": str(e.get("Created") or ""),
                         "severity": str(e.get("Severity") or ""),

@@ -1,19 +1,27 @@
 """The lab's BMCs (rackready/lab/redfish): one HTTPS Redfish service per booted node,
-at the inventory's rackready_bmc_address, with the vault's credentials and the lab CA.
+at the inventory's rackready_bmc_address, with the vault's credentials and the lab CA;
+`invoke provision --inventory lab --tags bios` converges and a rerun changes nothing;
+`invoke validate` reads each BMC, fails a node on each BMC fault naming the part, and
+bios-drift is detected and corrected by the role.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
 
+from rackready.inventory import PROJECT_ROOT
 from rackready.lab import lab
 from rackready.lab.hwsim.sysroot import read_node_state
 from rackready.lab.redfish import bmc
@@ -64,7 +72,8 @@ def test_lab_reboot_completes_a_pending_bios_job(lab_nodes):
     address = bmc.address(spec)
     creds = bmc.credentials()
     settings = "/redfish/v1/Systems/System.Embedded.1/Bios/Settings"
-    body = json.dumps({"Attributes": {"PcieAspmL1": "Disabled"},
+    # SriovGlobalEnable: free under any system profile (ASPM/C-states follow SysProfile)
+    body = json.dumps({"Attributes": {"SriovGlobalEnable": "Disabled"},
                        "@Redfish.SettingsApplyTime": {"ApplyTime": "OnReset"}}).encode()
     token = base64.b64encode(f"{creds['user']}:{creds['password']}".encode()).decode()
     req = urllib.request.Request(f"https://{address}{settings}", data=body, method="PATCH",
@@ -80,7 +89,7 @@ def test_lab_reboot_completes_a_pending_bios_job(lab_nodes):
     while _get(address, job)["JobState"] != "Completed" and time.monotonic() < deadline:
         time.sleep(0.5)
     attrs = _get(address, "/redfish/v1/Systems/System.Embedded.1/Bios")["Attributes"]
-    assert attrs["PcieAspmL1"] == "Disabled"
+    assert attrs["SriovGlobalEnable"] == "Disabled"
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
@@ -101,3 +110,104 @@ def test_bmc_fault_shows_and_heals(lab_nodes, kind):
     time.sleep(1)
     assert _get(address, "/redfish/v1")["Vendor"] == "HPE"
     assert kind not in next(s for s in lab.status() if s.name == spec.name).faults
+
+
+# --- the feature end to end: `invoke provision --tags bios` and `invoke validate` ---------
+
+INVOKE = str(Path(sys.executable).with_name("invoke"))
+
+
+def _invoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([INVOKE, *args], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=1800, check=False)
+
+
+def _changed(out: str) -> dict[str, int]:
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\S+)\s+ok\s+changed=(\d+)", out, re.M)}
+
+
+def _bios_converged(lab_nodes) -> None:
+    """provision --tags bios, reboot (as the role asks), rerun: changed=0 everywhere."""
+    first = _invoke("provision", "--inventory", "lab", "--tags", "bios")
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    if any(_changed(first.stdout).values()):
+        for name in lab_nodes.names:  # the reboot the BIOS change asks for
+            lab.reboot(name)
+        time.sleep(3)  # the iDRAC's configuration job runs through POST
+    again = _invoke("provision", "--inventory", "lab", "--tags", "bios")
+    assert again.returncode == 0, again.stdout[-2000:]
+    changed = _changed(again.stdout)
+    assert set(changed) == set(lab_nodes.names) and not any(changed.values()), again.stdout
+    password = bmc.credentials()["password"]
+    assert password not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+def test_provision_bios_converges_and_a_rerun_changes_nothing(provisioned_lab):
+    _bios_converged(provisioned_lab)
+    attrs = _get(bmc.address(provisioned_lab.spec("lab-gpu01")),
+                 "/redfish/v1/Systems/System.Embedded.1/Bios")["Attributes"]
+    # the profile's settings, and the ones the BIOS derives from SysProfile
+    assert attrs["SysProfile"] == "PerfOptimized" and attrs["ProcCStates"] == "Disabled"
+
+
+def _validate_bmc(tmp_path, node: str, name: str) -> dict:
+    """`invoke validate` narrowed to one cheap node check: the out-of-band step always
+    runs beside it (a narrowed run is PARTIAL: exit 1 even when all passed)."""
+    out = tmp_path / name
+    done = _invoke("validate", "--node", node, "--inventory", "lab", "--level", "quick",
+                   "--only", "gpu.inventory", "--out", str(out),
+                   "--report-formats", "json,html")
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    assert bmc.credentials()["password"] not in done.stdout + done.stderr
+    return json.loads((out / node / "judgement.json").read_text())
+
+
+def _bmc_failures(result: dict) -> list[dict]:
+    return [v for v in result["verdicts"] if v["check"] == "bmc" and v["outcome"] == "fail"]
+
+
+@pytest.mark.parametrize("node", ["lab-gpu01", "lab-gpu02"])
+def test_validate_records_identity_and_bios_drift_is_corrected(provisioned_lab, tmp_path, node):
+    _bios_converged(provisioned_lab)
+    lab.heal(node)
+    healthy = _validate_bmc(tmp_path, node, "healthy")
+    assert _bmc_failures(healthy) == [], _bmc_failures(healthy)
+    ident = healthy["bmc"]["identity"]
+    chassis = read_node_state(provisioned_lab.spec(node).root)["chassis"]
+    assert ident["model"] == chassis["product"] and chassis["bmc"]["firmware"] in ident["bmc"]
+    assert {"bios", "bmc", "cpld", "gpu", "nic", "drive", "psu"} <= {
+        f["component"] for f in ident["firmware"]}
+    # the node report shows the BMC's identity and firmware on page 1
+    html = (tmp_path / "healthy" / "report" / f"node-{node}.html").read_text()
+    assert "System (BMC)" in html and chassis["product"] in html and "Firmware" in html
+    drift = lab.fault(node, "bios-drift")
+    attr = drift.split()[2]  # "BIOS attribute <name> changed from ..."
+    bad = _bmc_failures(_validate_bmc(tmp_path, node, "drift"))
+    assert any(attr in v["message"] for v in bad), bad
+    _bios_converged(provisioned_lab)  # the role corrects it (and the reboot applies it)
+    assert _bmc_failures(_validate_bmc(tmp_path, node, "corrected")) == []
+    lab.heal(node)
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("psu-redundancy-lost", ("bmc.psu.health", "serial")),
+    ("fan-failed", ("bmc.fan.health", "Fan")),
+    ("sel-critical-entry", ("bmc.log.critical_new", "DIMM")),
+    ("bmc-unreachable", ("unreachable",)),
+])
+def test_bmc_fault_fails_the_node_through_invoke_validate(provisioned_lab, tmp_path, kind,
+                                                          words):
+    node = "lab-gpu02" if kind == "fan-failed" else "lab-gpu01"
+    other = "lab-gpu02" if node == "lab-gpu01" else "lab-gpu01"
+    lab.fault(node, kind)
+    try:
+        time.sleep(1)
+        result = _validate_bmc(tmp_path, node, kind)
+        fine = _validate_bmc(tmp_path, other, f"{kind}-other")
+    finally:
+        lab.heal(node)
+    assert result["outcome"] == "FAIL"
+    bad = _bmc_failures(result)
+    text = [f"{v['metric']} {v['message']} {v.get('remediation', '')}" for v in bad]
+    assert any(all(w in t for w in words) for t in text), text
+    assert _bmc_failures(fine) == []  # that node fails alone

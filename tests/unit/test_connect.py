@@ -348,6 +348,7 @@ def test_validate_runs_the_suite_through_the_jump_host_with_sudo(tmp_path, monke
     # the role variables the controller ships; the venv is this test's interpreter
     roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
     n = dataclasses.replace(_via(jump, target), name="gpu01", profile="xe9680-h200-lab",
+                            validation_without=("bmc",),  # no BMC in this test
                             sysroot=str(sim.sysroot), fabric="roce", become=True,
                             provisioned=roles)
     monkeypatch.setattr(validate, "_find", lambda name, inv: n)

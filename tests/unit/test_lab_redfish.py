@@ -186,14 +186,17 @@ RESET = "/redfish/v1/Systems/System.Embedded.1/Actions/ComputerSystem.Reset"
 def test_bios_change_is_a_job_that_completes_at_reset(dell: Bmc, monkeypatch) -> None:
     monkeypatch.setattr(rf, "JOB_RUN_S", 0.3)
     assert dell.get(BIOS)["Attributes"]["ProcCStates"] == "Enabled"
+    # C-states belong to the system profile: refused alone, set by PerfOptimized at POST
+    status, err, _ = dell.call("PATCH", SETTINGS, {"Attributes": {"ProcCStates": "Disabled"}})
+    assert status == 400 and "SysProfile" in err["error"]["message"]
     status, _, headers = dell.call("PATCH", SETTINGS, {
-        "Attributes": {"ProcCStates": "Disabled", "SysProfile": "PerfOptimized"},
+        "Attributes": {"SriovGlobalEnable": "Enabled", "SysProfile": "PerfOptimized"},
         "@Redfish.SettingsApplyTime": {"ApplyTime": "OnReset"}})
     assert status == 202
     job_path = headers["Location"]
     assert job_path.startswith("/redfish/v1/Managers/iDRAC.Embedded.1/Jobs/JID_")
     assert dell.get(job_path)["JobState"] == "Scheduled"
-    assert dell.get(SETTINGS)["Attributes"] == {"ProcCStates": "Disabled",
+    assert dell.get(SETTINGS)["Attributes"] == {"SriovGlobalEnable": "Enabled",
                                                 "SysProfile": "PerfOptimized"}
     assert dell.get(BIOS)["Attributes"]["ProcCStates"] == "Enabled"  # needs a reboot
     jid = job_path.rsplit("/", 1)[1]
@@ -204,15 +207,17 @@ def test_bios_change_is_a_job_that_completes_at_reset(dell: Bmc, monkeypatch) ->
     time.sleep(0.5)
     job = dell.get(job_path)
     assert job["JobState"] == "Completed" and job["PercentComplete"] == 100
-    assert dell.get(BIOS)["Attributes"]["ProcCStates"] == "Disabled"
-    assert dell.get(BIOS)["Attributes"]["SysProfile"] == "PerfOptimized"
+    attrs = dell.get(BIOS)["Attributes"]
+    assert attrs["SysProfile"] == "PerfOptimized" and attrs["SriovGlobalEnable"] == "Enabled"
+    # the profile's dependents, as the BIOS sets them at POST
+    assert (attrs["ProcCStates"], attrs["ProcC1E"], attrs["PcieAspmL1"]) == ("Disabled",) * 3
     assert dell.get(SETTINGS)["Attributes"] == {}
     status, task, _ = dell.call("GET", monitor)
     assert status == 200 and task["TaskState"] == "Completed"
 
 
 def test_a_pending_job_blocks_another_change(dell: Bmc) -> None:
-    body = {"Attributes": {"PcieAspmL1": "Disabled"},
+    body = {"Attributes": {"SriovGlobalEnable": "Enabled"},
             "@Redfish.SettingsApplyTime": {"ApplyTime": "OnReset"}}
     status, _, headers = dell.call("PATCH", SETTINGS, body)
     assert status == 202
@@ -342,7 +347,8 @@ def test_bmc_unreachable_refuses_connections_until_healed(dell: Bmc) -> None:
 
 def test_faults_are_pure_and_heal_restores_hardware() -> None:
     base = build(build_state("xe9680-h200", "lab-gpu01"))
-    base["bios"]["current"]["ProcCStates"] = "Disabled"  # what provisioning set
+    base["bios"]["current"].update(SysProfile="PerfOptimized",  # what provisioning set
+                                   **rf.dependents("dell-idrac9", {"SysProfile": "PerfOptimized"}))
     for kind in FAULT_KINDS:
         before = json.dumps(base, sort_keys=True)
         faulted = apply_fault(base, kind)
@@ -355,6 +361,10 @@ def test_faults_are_pure_and_heal_restores_hardware() -> None:
         apply_fault(base, "fan-failed", "Fan9Z")
     with pytest.raises(FaultError, match="NoSuchKnob"):
         apply_fault(base, "bios-drift", "NoSuchKnob")
+    with pytest.raises(FaultError, match="set by SysProfile"):
+        apply_fault(base, "bios-drift", "ProcCStates")
+    drifted = apply_fault(base, "bios-drift")["bios"]["current"]
+    assert drifted["SysProfile"] != "PerfOptimized" and drifted["ProcCStates"] == "Enabled"
 
 
 def test_lab_bmc_addresses_follow_the_nodes() -> None:

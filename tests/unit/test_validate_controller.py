@@ -49,12 +49,13 @@ def rack(tmp_path, monkeypatch):
     monkeypatch.setattr(validate, "NODE_BASE", str(tmp_path / "good" / "base"))
     # what the roles set on a provisioned node; the venv is this test's interpreter
     roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
+    lab = {"profile": "xe9680-h200-lab", "validation_without": ("bmc",)}  # no BMC here
     nodes = {
-        "gpu01": dataclasses.replace(good.node, name="gpu01", profile="xe9680-h200-lab",
+        "gpu01": dataclasses.replace(good.node, name="gpu01", **lab,
                                      sysroot=str(sim.sysroot), fabric="roce",
                                      provisioned=roles),
-        "gpu02": dataclasses.replace(bad.node, name="gpu02", profile="xe9680-h200-lab"),
-        "gpu03": dataclasses.replace(good.node, name="gpu03", profile="xe9680-h200-lab",
+        "gpu02": dataclasses.replace(bad.node, name="gpu02", **lab),
+        "gpu03": dataclasses.replace(good.node, name="gpu03", **lab,
                                      port=_free_port()),
     }
     monkeypatch.setattr(validate, "_load", lambda inv: list(nodes.values()))

@@ -125,6 +125,13 @@ def _cpus(socket: int, per_socket: int) -> str:
     return f"{a}-{a + per_socket - 1},{b}-{b + per_socket - 1}"
 
 
+def _bmc_firmware(platform: str, hgx: bool) -> str:
+    # issue 17: iDRAC9 7.x on 16G; iLO 6 1.6x on Gen11, iLO 7 1.1x on Gen12 (representative)
+    if hgx:
+        return "7.10.50.00"
+    return "1.62" if "gen11" in platform else "1.10"
+
+
 def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None = None,
                 *, provisioned: bool = True, secure_boot: bool = False,
                 capture_dir: Path = CAPTURE_DIR) -> dict[str, Any]:
@@ -224,7 +231,7 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
         "platform": platform, "node": node, "fabric": fabric,
         "chassis": {"vendor": spec["vendor"], "product": spec["product"],
                     "serial": _chassis_serial(node, spec["vendor"]),
-                    "bmc": {"address": None, "firmware": "7.10.50.00" if hgx else "1.10"}},
+                    "bmc": {"address": None, "firmware": _bmc_firmware(platform, hgx)}},
         "cpu": {"model": spec["cpu_model"], "sockets": 2,
                 "numa": [{"node": s, "cpus": _cpus(s, spec["cpus_per_socket"])}
                          for s in range(2)]},

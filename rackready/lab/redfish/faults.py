@@ -13,14 +13,16 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from .resources import add_log
+from .resources import add_log, dependents
 from .tree import paths_of, vendor_data
 
 FaultFn = Callable[[dict[str, Any], str | None], dict[str, Any]]
 
-# The attribute bios-drift changes when no target is given: the C-state switch, which a
-# GPU server's profile turns off and which a firmware update or a person may turn back on.
-DRIFT_DEFAULT = {"Dell": "ProcCStates", "HPE": "MinProcIdlePower"}
+# The attribute bios-drift changes when no target is given. iDRAC: the system profile (a
+# person in F2 setup or a BIOS reset back to the factory DAPC profile; its C-states, C1E
+# and ASPM follow it, since they are locked under any profile but Custom). iLO: the core
+# C-state floor, free under the Custom workload profile the role sets.
+DRIFT_DEFAULT = {"Dell": "SysProfile", "HPE": "MinProcIdlePower"}
 
 
 class FaultError(ValueError):
@@ -109,6 +111,11 @@ def _bios_drift(state: dict[str, Any], target: str | None) -> dict[str, Any]:
     if entry is None or entry.get("read_only") or "values" not in entry:
         raise FaultError(f"no settable BIOS attribute {name!r} on {state['node']}")
     current = state["bios"]["current"]
+    dep = v["bios"].get("dependents")
+    if dep and name in dependents(state["vendor"], current):
+        raise FaultError(f"BIOS attribute {name} is set by {dep['controller']} "
+                         f"({current[dep['controller']]}) on {state['node']}: drift "
+                         f"{dep['controller']} instead")
     was = current[name]
     if not value:  # another allowed value than the current one
         value = next((x for x in entry["values"] if x != was), was)
@@ -116,6 +123,7 @@ def _bios_drift(state: dict[str, Any], target: str | None) -> dict[str, Any]:
         raise FaultError(f"BIOS attribute {name} cannot drift to {value!r} "
                          f"(now {was!r}; values: {', '.join(entry['values'])})")
     current[name] = value
+    current.update(dependents(state["vendor"], current))  # the profile's own settings follow
     return {"component": {"type": "bios-attribute", "name": name, "was": was, "now": value},
             "description": f"BIOS attribute {name} changed from {was} to {value} outside "
                            "provisioning"}
@@ -171,5 +179,6 @@ def heal(state: dict[str, Any]) -> dict[str, Any]:
         # undo a drift the role has not corrected yet
         if f["kind"] == "bios-drift" and new["bios"]["current"].get(comp["name"]) == comp["now"]:
             new["bios"]["current"][comp["name"]] = comp["was"]
+            new["bios"]["current"].update(dependents(state["vendor"], new["bios"]["current"]))
     new["faults"] = []
     return new

@@ -91,10 +91,24 @@ def advance(state: dict[str, Any], now: float | None = None) -> None:
             _complete(state, job)
 
 
-def _complete(state: dict[str, Any], job: dict[str, Any]) -> None:
+def dependents(vendor: str, attrs: dict[str, Any]) -> dict[str, Any]:
+    """What the system profile in attrs forces (data/<vendor>.yml bios.dependents)."""
+    dep = vendor_data(vendor)["bios"].get("dependents")
+    if not dep:
+        return {}
+    return dict(dep["values"].get(attrs.get(dep["controller"]), {}))
+
+
+def make_current(state: dict[str, Any]) -> None:
+    """Pending values take effect (POST); the system profile then sets its dependents."""
     bios = state["bios"]
     bios["current"].update(bios["pending"])
+    bios["current"].update(dependents(state["vendor"], bios["current"]))
     bios["pending"] = {}
+
+
+def _complete(state: dict[str, Any], job: dict[str, Any]) -> None:
+    make_current(state)
     job.update(JobState="Completed", PercentComplete=100, Message="Job completed successfully.",
                MessageId="PR19", EndTime=now_iso())
     job.pop("complete_at", None)
@@ -113,9 +127,7 @@ def host_reset(state: dict[str, Any], now: float | None = None) -> None:
                 job.update(JobState="Running", PercentComplete=50, StartTime=now_iso(),
                            Message="Task successfully scheduled.", complete_at=now + JOB_RUN_S)
     else:
-        bios = state["bios"]
-        bios["current"].update(bios["pending"])
-        bios["pending"] = {}
+        make_current(state)
     advance(state, now)
 
 
@@ -144,6 +156,8 @@ def render(state: dict[str, Any], path: str, sessions: list[dict[str, Any]] | No
         # iDRAC shows only what is pending; iLO shows the whole next-boot set.
         attrs = dict(bios["pending"]) if v["jobs"] else {**bios["current"], **bios["pending"]}
         return {**copy.deepcopy(res), "Attributes": attrs}
+    if path == p.manager:  # the BMC's clock, read by the bios role at provisioning
+        return {**copy.deepcopy(res), "DateTime": now_iso()}
     if path == p.sessions:
         return collection(path, "SessionCollection", "Session Collection",
                           [f"{path}/{s['Id']}" for s in sessions or []])
@@ -172,18 +186,24 @@ def render(state: dict[str, Any], path: str, sessions: list[dict[str, Any]] | No
         return _task_view(_job(state, path.rsplit("/", 1)[1], path), p.tasks)
     for svc in v["log_services"]:
         entries = f"{p.log_service(svc)}/Entries"
-        if path == entries:
-            return collection(path, "LogEntryCollection", f"{svc['title']} Entries",
-                              [f"{path}/{e['Id']}" for e in state["logs"].get(svc["id"], [])])
+        if path == entries:  # members expanded, as iDRAC's and iLO's entry collections are
+            out = collection(path, "LogEntryCollection", f"{svc['title']} Entries", [])
+            out["Members"] = [_entry_view(f"{path}/{e['Id']}", svc, e)
+                              for e in state["logs"].get(svc["id"], [])]
+            out["Members@odata.count"] = len(out["Members"])
+            return out
         if path.startswith(entries + "/"):
             for e in state["logs"].get(svc["id"], []):
                 if path == f"{entries}/{e['Id']}":
-                    return {"@odata.id": path, "@odata.type": "#LogEntry.v1_15_0.LogEntry",
-                            "Name": f"Log Entry {e['Id']}", "EntryType": svc["entry_type"],
-                            **e}
+                    return _entry_view(path, svc, e)
     if res is None:
         raise not_found(path)
     return copy.deepcopy(res)
+
+
+def _entry_view(path: str, svc: dict[str, Any], e: dict[str, Any]) -> dict[str, Any]:
+    return {"@odata.id": path, "@odata.type": "#LogEntry.v1_15_0.LogEntry",
+            "Name": f"Log Entry {e['Id']}", "EntryType": svc["entry_type"], **e}
 
 
 def task_monitor(state: dict[str, Any], path: str) -> tuple[int, dict[str, Any]]:
@@ -298,6 +318,7 @@ def _patch_bios(state: dict[str, Any], body: dict[str, Any]):
                                f"for the property {name} is of a different type than the "
                                "property can accept.", [str(value), name],
                                "Correct the value and resubmit.")
+    _check_locked(state, attrs)
     apply_time = (body.get("@Redfish.SettingsApplyTime") or {}).get("ApplyTime")
     supported = state["resources"][p.bios]["@Redfish.Settings"]["SupportedApplyTimes"]
     if apply_time is not None and apply_time not in supported:
@@ -322,6 +343,25 @@ def _patch_bios(state: dict[str, Any], body: dict[str, Any]):
         return 200, success(), {}, False
     job = create_bios_job(state)
     return 202, success(), {"Location": f"{p.jobs}/{job['Id']}"}, apply_time == "Immediate"
+
+
+def _check_locked(state: dict[str, Any], attrs: dict[str, Any]) -> None:
+    """A system profile other than Custom owns its dependents (iDRAC refuses them)."""
+    dep = vendor_data(state["vendor"])["bios"].get("dependents")
+    if not dep:
+        return
+    bios = state["bios"]
+    name = dep["controller"]
+    profile = attrs.get(name, bios["pending"].get(name, bios["current"].get(name)))
+    if profile == dep["free_when"]:
+        return
+    locked = sorted(set(attrs) & {k for vals in dep["values"].values() for k in vals})
+    if locked:
+        raise RedfishError(400, f"{BASE}.PropertyNotWritable",
+                           f"The attribute {locked[0]} is read-only because {name} is "
+                           f"{profile}: it is set by the system profile.",
+                           [locked[0], name], f"Set {name} to {dep['free_when']} in the same "
+                           "request to change it, or leave it to the system profile.")
 
 
 def active_bios_job(state: dict[str, Any]) -> dict[str, Any] | None:

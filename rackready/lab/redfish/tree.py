@@ -83,6 +83,7 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
     hgx = bool(hw.get("nvswitches"))
     facts = {"product": product, "serial": serial, "bios_version": v["bios"]["version"],
              "bmc_version": hw["chassis"]["bmc"]["firmware"],
+             "bmc_model": (v.get("bmc_model_by_product") or {}).get(product, v["bmc_model"]),
              "sku": f"P{_serial(node, 'sku', digits=5)}-B21"}
     board_serial = ("CN" + _serial(node, "board", digits=12)) if dell else serial
     r: dict[str, dict[str, Any]] = {}
@@ -254,7 +255,7 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
     sys_logs = [x for s, x in zip(v["log_services"], log_paths, strict=True)
                 if s["under"] == "system"]
     add(p.manager, "#Manager.v1_17_0.Manager", Id=v["manager_id"], Name=v["manager_name"],
-        ManagerType="BMC", Model=v["bmc_model"], FirmwareVersion=facts["bmc_version"],
+        ManagerType="BMC", Model=facts["bmc_model"], FirmwareVersion=facts["bmc_version"],
         Status=ok(), LogServices=ref(f"{p.manager}/LogServices"),
         Links={"ManagerForServers": [ref(p.system)], "ManagerForChassis": [ref(p.chassis)]},
         **({"Oem": {"Dell": {"Jobs": ref(p.jobs)}}} if p.jobs else {}),
@@ -279,7 +280,8 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
     for comp in v["firmware"]:
         if comp.get("hgx") and not hgx:
             continue
-        fw.append((_fw_id(v, comp, facts), comp["name"], comp["version"].format(**facts),
+        fw.append((_fw_id(v, comp, facts), comp["name"].format(**facts),
+                   comp["version"].format(**facts),
                    None))
     ids = v["component_ids"]
     for g in gpus:
