@@ -66,7 +66,8 @@ def titan_summary(rows: list[dict[str, float]], skip: int = TITAN_SKIP) -> dict[
             "mfu": statistics.median(r["mfu"] for r in steady),
             "mem_gib": max(r["mem_gib"] for r in rows),
             "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"],
-            "steps": len(rows)}
+            # every rank logs each step (two lines per step on 2 GPUs): count steps, not lines
+            "steps": len({r["step"] for r in rows})}
 
 
 def parse_level_timing(text: str) -> dict[str, tuple[int, int]]:
@@ -75,6 +76,18 @@ def parse_level_timing(text: str) -> dict[str, tuple[int, int]]:
     for m in re.finditer(r"^(\w+): level=(\w+) rc=(\d+) wall=(\d+) s", text, re.M):
         if m[1] == m[2]:
             out[m[2]] = (int(m[3]), int(m[4]))
+    return out
+
+
+def parse_timing(text: str) -> dict[str, list[tuple[str, str]]]:
+    """run_gpu.sh's timing.tsv ('part<TAB>s<TAB>rc', appended by every run in one work
+    folder) -> {part: [(s, rc), ...]} in first-run order: one table row per part, the last
+    run of it being the one whose results the folder holds."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if len(cells) == 3:
+            out.setdefault(cells[0], []).append((cells[1], cells[2]))
     return out
 
 
@@ -94,6 +107,8 @@ class Table:
 
     def add(self, what: str, ours: str, ref: str, ratio: float | None, target: str,
             met: bool | None, **data: Any) -> None:
+        if any(r["what"] == what for r in self.rows):
+            raise ValueError(f"table row {what!r} twice")  # one fact, one row
         mark = "—" if met is None else ("yes" if met else "**no**")
         self.lines.append(f"| {what} | {ours} | {ref} | "
                           f"{'—' if ratio is None else f'{ratio:.3f}'} | {target} | {mark} |")
@@ -109,7 +124,13 @@ def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[NcclTestsRow]
             key = (str(lab.get("op")), int(lab.get("size_bytes", 0)),
                    str(lab.get("mode", "out_of_place")), str(lab.get("launch", "eager")))
             ours[key] = float(m["value"])
-    wrong = [m for m in ms if m["name"] == "nccl.correct" and m["value"] is not True]
+    # every rank and both launch modes report correctness: one row per op, size, mode, launch
+    wrong: dict[tuple[str, ...], dict] = {}
+    for m in ms:
+        if m["name"] == "nccl.correct" and m["value"] is not True:
+            lab = m["labels"]
+            wrong.setdefault(tuple(str(lab.get(k)) for k in ("op", "size_bytes", "mode",
+                                                              "launch")), m)
     for op in OPS:
         ref_rows = {r.size_bytes: r for r in refs.get(op, [])}
         for size in SIZES:
@@ -138,9 +159,9 @@ def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[NcclTestsRow]
                   None if ratio is None else ratio >= COLL_TARGET, op=op, size_bytes=size,
                   ours_best_mode=best_mode, ours_best=best, ref_best=refv,
                   graph_ratio=gbest / refv if gbest and refv else None)
-    for m in wrong:
-        t.add(f"WRONG RESULT {m['labels'].get('op')} {m['labels'].get('size_bytes')} "
-              f"{m['labels'].get('mode')}", str(m["value"]), "", None, "exact", False)
+    for (op, size, mode, launch), m in wrong.items():
+        t.add(f"WRONG RESULT {op} {size} {mode} {launch}", str(m["value"]), "", None, "exact",
+              False)
 
 
 def _short(mode: str) -> str:
@@ -257,11 +278,12 @@ def build(work: Path) -> tuple[str, dict[str, Any]]:
             head += [f"## {title}", "```", p.read_text(errors="replace").strip(), "```", ""]
     timing = work / "timing.tsv"
     if timing.is_file():
-        head += ["## Seconds per part", "| part | s | rc |", "| --- | --- | --- |"]
-        for line in timing.read_text().splitlines():
-            cells = line.split("\t")
-            if len(cells) == 3:
-                head.append(f"| {cells[0]} | {cells[1]} | {cells[2]} |")
+        head += ["## Seconds per part", "| part | s | rc | earlier runs (s, rc) |",
+                 "| --- | --- | --- | --- |"]
+        for part, runs in parse_timing(timing.read_text()).items():
+            s, rc = runs[-1]
+            earlier = ", ".join(f"{es} s rc {erc}" for es, erc in runs[:-1])
+            head.append(f"| {part} | {s} | {rc} | {earlier} |")
         head.append("")
     met = [r["met"] for r in t.rows]
     verdict = (f"{sum(m is True for m in met)} of {len(met)} rows meet their target; "

@@ -6,6 +6,11 @@ Reads a node's result.json (each check's `duration_s`, the run's started/finishe
 level's shares in validation/budgets.yml; N defaults to the GPU count in the result's
 inventory. Time outside the checks (the start-of-run counters, the worker group's stop)
 shows as its own row.
+
+A share is the check's slice of the level's budget in validation/budgets.yml: a plan, from
+which the check's timeout derives (share x factor + margin), not a limit; "over" marks a
+check whose share wants measuring again, not a failure. "—": the level gives the check no
+share (not one of the level's checks, e.g. listed as skipped there, or run with --only).
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ def table(result: dict[str, Any], gpus: int | None = None) -> str:
     budget = budgets.level_budget_s(level, gpus)
     lines = [f"Wall time of {result.get('node', '?')} at level {level} on {gpus} GPUs: "
              f"{wall:.1f} s (budget {budget:g} s)", "",
+             "share: the check's slice of the level's budget (validation/budgets.yml), a plan "
+             "its timeout derives from; over: beyond that plan, not a failure; —: no share at "
+             "this level.", "",
              "| check | status | wall s | share s | over |", "| --- | --- | ---: | ---: | --- |"]
     for r in sorted(rs, key=lambda r: -r["wall_s"]):
         share = r["share_s"]

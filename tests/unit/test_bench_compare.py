@@ -144,3 +144,50 @@ def test_cli_errors_are_one_line(tmp_path):
     p = subprocess.run([sys.executable, str(REPO / "bench" / "compare.py"),
                         str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+
+
+def _dupes(md: str) -> list[str]:
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln]
+    return sorted({ln for ln in lines if lines.count(ln) > 1})
+
+
+def test_no_row_twice_when_runs_share_a_work_folder(work):
+    # 2x H200, 2026-11-30: a first run that failed its torch parts, then a second in the same
+    # folder; run_gpu.sh appends to timing.tsv, and every rank reports correctness
+    first = ["build_nccl_tests\t31\t0", "nccl-tests_all_gather\t2\t0",
+             "nccl-tests_reduce_scatter\t4\t0", "collectives\t0\t1"]
+    second = ["nccl-tests_all_gather\t3\t0", "nccl-tests_reduce_scatter\t4\t0",
+              "collectives\t24\t0"]
+    (work / "timing.tsv").write_text("\n".join(first + second) + "\n")
+    bad = {"name": "nccl.correct", "value": False, "unit": "",
+           "labels": {"op": "reduce_scatter", "size_bytes": str(4 << 30), "mode": "in_place",
+                      "launch": "eager"}}
+    for rank in (0, 1):
+        with (work / "coll" / f"collectives.rank{rank}.jsonl").open("a") as f:
+            f.write(json.dumps(bad) + "\n")
+    md, data = compare.build(work)
+    assert _dupes(md) == []
+    whats = [r["what"] for r in data["rows"]]
+    assert len(whats) == len(set(whats))
+    assert sum(w.startswith("WRONG RESULT reduce_scatter") for w in whats) == 1
+    # the last run of a part is its row; the earlier one is named beside it
+    assert "| nccl-tests_reduce_scatter | 4 | 0 | 4 s rc 0 |" in md
+    assert "| collectives | 24 | 0 | 0 s rc 1 |" in md
+    assert "| build_nccl_tests | 31 | 0 |  |" in md
+
+
+def test_a_row_added_twice_is_refused():
+    t = compare.Table()
+    t.add("all_gather 4 GiB busbw GB/s", "ip 311.2", "nccl-tests ip 325.1", 0.957, ">= 0.98",
+          False)
+    with pytest.raises(ValueError, match="twice"):
+        t.add("all_gather 4 GiB busbw GB/s", "ip 311.2", "nccl-tests ip 325.1", 0.957,
+              ">= 0.98", False)
+
+
+def test_titan_steps_are_counted_once_when_every_rank_logs_them():
+    # torchtitan v0.2.2 on 2x H200 (2026-11-30) printed each step's metric line twice
+    one = titan_log([3100, 9403, 9436, 9420], 101.2, 55.2).splitlines()
+    both = [one[0]] + [ln for ln in one[1:] for _ in (0, 1)]
+    s = compare.titan_summary(compare.parse_titan_log("\n".join(both)))
+    assert s["steps"] == 4 and s["tps"] == 9420

@@ -41,7 +41,7 @@ GiB = 1 << 30
 # visibly within a lab run's 16 steps only with a larger step
 # Peak learning rate per shape. On 2x H200 the llama3 shapes at torchtitan's 3e-4 learned the
 # synthetic chains within 4 steps and then spiked (1b: grad norm 40 at step 9, loss 1.9 -> 4.5;
-# bench/results/h200x2-2026-12-01.md); 5e-5 keeps the short job's curve falling.
+# bench/results/h200x2-2026-11-30-issue15.md); 5e-5 keeps the short job's curve falling.
 PEAK_LR = {"tiny": 3e-3, "llama3-1b": 5e-5, "llama3-8b": 5e-5}
 
 
