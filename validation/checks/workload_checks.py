@@ -40,7 +40,7 @@ LEVELS: dict[str, dict[str, dict[str, Any]]] = {
     "gemm_burnin": {
         # quick and standard fit their budget shares (validation/budgets.yml)
         "quick": {"duration_s": 15},
-        "standard": {"duration_s": 90},
+        "standard": {"duration_s": 84},
         "burnin": {"duration_s": 4 * 3600},
     },
     "hbm": {
