@@ -80,9 +80,14 @@ def test_lab_reboot_completes_a_pending_bios_job(lab_nodes):
                                  headers={"Authorization": "Basic " + token,
                                           "Content-Type": "application/json"})
     ctx = ssl.create_default_context(cafile=str(bmc.ca_file()))
-    with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
-        assert resp.status == 202
-        job = resp.headers["Location"]
+    jobs = _get(address, "/redfish/v1/Managers/iDRAC.Embedded.1/Jobs")["Members"]
+    states = {m["@odata.id"]: _get(address, m["@odata.id"])["JobState"] for m in jobs}
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as resp:
+            assert resp.status == 202
+            job = resp.headers["Location"]
+    except urllib.error.HTTPError as e:  # say what the BMC said, and which jobs it had
+        raise AssertionError(f"PATCH {e.code}: {e.read()[:400]!r}; jobs before: {states}") from None
     assert _get(address, job)["JobState"] == "Scheduled"
     lab.reboot(spec.name)
     deadline = time.monotonic() + 30
