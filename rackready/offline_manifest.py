@@ -37,11 +37,14 @@ class Source:
 class Manifest:
     packages: tuple[str, ...]  # name=version (apt-get syntax; a version may end in *)
     sources: tuple[Source, ...]
+    nccl_tests_version: str = ""  # the pinned release (the role's defaults template it)
 
     def extravars(self) -> dict:
         return {"offline_bundle_packages": list(self.packages),
                 "offline_bundle_sources": [{"url": s.url, "dest": s.dest}
-                                           for s in self.sources]}
+                                           for s in self.sources],
+                # the staging play runs no validation_tools role, so the pin travels here
+                "validation_tools_nccl_tests_version": self.nccl_tests_version}
 
 
 def role_vars(inventory: str | Path, host: str, roles: tuple[str, ...] = ROLES) -> dict:
@@ -125,7 +128,7 @@ def from_vars(get) -> Manifest:
         sources.append(Source(str(get("offline_bundle_nccl_tests_source_url")),
                               str(get("__validation_tools_nccl_tests_tarball"))))
     pkgs += list(get("offline_bundle_extra_packages"))
-    return Manifest(tuple(dict.fromkeys(str(p) for p in pkgs)), tuple(sources))
+    return Manifest(tuple(dict.fromkeys(str(p) for p in pkgs)), tuple(sources), version)
 
 
 def manifest(inventory: str | Path, host: str) -> Manifest:

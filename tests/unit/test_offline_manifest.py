@@ -234,3 +234,19 @@ def test_the_prebuilt_package_is_pinned_to_the_release():
     assert fnmatch(hwsim_packages.NCCL_TESTS, name.split("=", 1)[1])
     assert not fnmatch("2.18.0-1", name.split("=", 1)[1])
     assert apt["ansible.builtin.apt"]["allow_downgrade"] is True  # an older pin replaces it
+
+
+def test_the_bundle_roles_defaults_template_with_what_invoke_bundle_passes(rack: Path) -> None:
+    # the staging play runs only offline_bundle: every default of that role must template
+    # from the role's own defaults plus the manifest's extravars (ansible validates the
+    # argument spec against them before the first task)
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    defaults = yaml.safe_load((ROLES / "offline_bundle/defaults/main.yml").read_text())
+    extra = manifest(rack, "stage01").extravars()
+    templar = Templar(loader=DataLoader(), variables={**defaults, **extra})
+    for value in defaults.values():
+        templar.template(value, fail_on_undefined=True)  # raises on an undefined variable
+    assert extra["validation_tools_nccl_tests_version"] == default(
+        "validation_tools", "validation_tools_nccl_tests_version")
