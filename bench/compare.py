@@ -5,8 +5,9 @@ measured by bench/run_gpu.sh in the same run.
 
 W is run_gpu.sh's work folder:
     env.txt, command.txt, timing.tsv            machine, versions, date, command, seconds per part
-    coll/collectives.rank0.jsonl                 rackready collectives (mode, launch labels)
-    nccl-tests/<op>.txt                          nccl-tests <op>_perf output, same run
+    coll/[r<N>/]collectives.rank0.jsonl          rackready collectives (mode, launch, alloc labels)
+    nccl-tests/[r<N>/]<op>.txt                   nccl-tests <op>_perf output, same run
+                                                 (r<N>: round N; each column's median is used)
     bare/, gemm/                                 bare matmul loop and the burn-in
     fsdp8b_none/, fsdp8b_selective/              the reference job, compiled, AC none / selective
     titan_none.log, titan_selective.log          torchtitan's train log, same shape
@@ -17,6 +18,7 @@ A part that did not run is a row that says so, never a number from elsewhere.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -91,7 +93,7 @@ def parse_timing(text: str) -> dict[str, list[tuple[str, str]]]:
     return out
 
 
-def _best(row: NcclTestsRow) -> tuple[float, str]:
+def _best(row: RefRow) -> tuple[float, str]:
     return max((row.oop_busbw, "out_of_place"), (row.ip_busbw, "in_place"))
 
 
@@ -116,14 +118,23 @@ class Table:
                           "target": target, "met": met, **data})
 
 
-def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[NcclTestsRow]]) -> None:
-    ours: dict[tuple[str, int, str, str], float] = {}
+def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[RefRow]]) -> None:
+    """One row per op and size: rackready's better eager mode over nccl-tests' better mode,
+    each the median over the sitting's rounds (run_gpu.sh alternates the two ROUNDS times,
+    so a slow minute of the machine does not land on one side only). Buffers from NCCL's
+    allocator where the run recorded one (nccl-tests' own); torch's allocator is shown."""
+    runs: dict[tuple[str, int, str, str, str], list[float]] = {}
     for m in ms:
         lab = m["labels"]
         if m["name"] == "nccl.busbw" and lab.get("impl") == "torch":
             key = (str(lab.get("op")), int(lab.get("size_bytes", 0)),
-                   str(lab.get("mode", "out_of_place")), str(lab.get("launch", "eager")))
-            ours[key] = float(m["value"])
+                   str(lab.get("mode", "out_of_place")), str(lab.get("launch", "eager")),
+                   str(lab.get("alloc", "torch")))
+            runs.setdefault(key, []).append(float(m["value"]))
+    main_alloc = "nccl" if any(k[4] == "nccl" for k in runs) else "torch"
+    ours = {k[:4]: statistics.median(v) for k, v in runs.items() if k[4] == main_alloc}
+    other = {k[:4]: statistics.median(v) for k, v in runs.items() if k[4] != main_alloc}
+    nrounds = max((len(v) for k, v in runs.items() if k[3] == "eager"), default=0)
     # every rank and both launch modes report correctness: one row per op, size, mode, launch
     wrong: dict[tuple[str, ...], dict] = {}
     for m in ms:
@@ -142,6 +153,13 @@ def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[NcclTestsRow]
             graph = {mode: v for (mode, launch), v in mine.items() if launch == "graph"}
             best_mode, best = max(((v, k) for k, v in eager.items()), default=(None, None))[::-1]
             ours_txt = " / ".join(f"{_short(k)} {v:.1f}" for k, v in sorted(eager.items()))
+            alt = {mode: v for (o, s, mode, launch), v in other.items()
+                   if o == op and s == size and launch == "eager"}
+            if alt:
+                ours_txt += " (torch's allocator: " + " / ".join(
+                    f"{_short(k)} {v:.1f}" for k, v in sorted(alt.items())) + ")"
+            if nrounds > 1 and eager:
+                ours_txt += f" (median of {nrounds} rounds)"
             if graph:
                 ours_txt += " (graph: " + " / ".join(
                     f"{_short(k)} {v:.1f}" for k, v in sorted(graph.items())) + ")"
@@ -149,7 +167,8 @@ def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[NcclTestsRow]
             if r is not None:
                 refv, refmode = _best(r)
                 ref_txt = (f"nccl-tests oop {r.oop_busbw:.1f} / ip {r.ip_busbw:.1f} "
-                           f"(best {_short(refmode)})")
+                           f"(best {_short(refmode)}"
+                           + (f"; median of {r.rounds} rounds)" if r.rounds > 1 else ")"))
             else:
                 refv, ref_txt = None, "nccl-tests not run"
             ratio = best / refv if best is not None and refv else None
@@ -158,10 +177,33 @@ def collective_rows(t: Table, ms: list[dict], refs: dict[str, list[NcclTestsRow]
                   f">= {COLL_TARGET} of nccl-tests' better mode",
                   None if ratio is None else ratio >= COLL_TARGET, op=op, size_bytes=size,
                   ours_best_mode=best_mode, ours_best=best, ref_best=refv,
-                  graph_ratio=gbest / refv if gbest and refv else None)
+                  graph_ratio=gbest / refv if gbest and refv else None, alloc=main_alloc,
+                  rounds=nrounds, ref_rounds=r.rounds if r is not None else 0)
     for (op, size, mode, launch), m in wrong.items():
         t.add(f"WRONG RESULT {op} {size} {mode} {launch}", str(m["value"]), "", None, "exact",
               False)
+
+
+@dataclasses.dataclass
+class RefRow:
+    """nccl-tests at one size: each column the median over the sitting's rounds."""
+    size_bytes: int
+    oop_busbw: float
+    ip_busbw: float
+    rounds: int
+
+
+def nccl_tests_rounds(work: Path, op: str) -> list[RefRow]:
+    """nccl-tests/<op>.txt (one round) or nccl-tests/r<N>/<op>.txt (one per round)."""
+    files = sorted((work / "nccl-tests").glob(f"r*/{op}.txt")) or \
+        [p for p in [work / "nccl-tests" / f"{op}.txt"] if p.is_file()]
+    by_size: dict[int, list[NcclTestsRow]] = {}
+    for f in files:
+        for row in parse_nccl_tests(f.read_text(errors="replace"), op):
+            by_size.setdefault(row.size_bytes, []).append(row)
+    return [RefRow(size, statistics.median(r.oop_busbw for r in rows),
+                   statistics.median(r.ip_busbw for r in rows), len(rows))
+            for size, rows in sorted(by_size.items())]
 
 
 def _short(mode: str) -> str:
@@ -261,11 +303,7 @@ def level_rows(t: Table, work: Path) -> None:
 
 def build(work: Path) -> tuple[str, dict[str, Any]]:
     ms, left_out = load(work)
-    refs = {}
-    for op in OPS:
-        p = work / "nccl-tests" / f"{op}.txt"
-        if p.is_file():
-            refs[op] = parse_nccl_tests(p.read_text(errors="replace"), op)
+    refs = {op: rows for op in OPS if (rows := nccl_tests_rounds(work, op))}
     t = Table()
     level_rows(t, work)
     collective_rows(t, ms, refs)

@@ -102,26 +102,36 @@ if want build; then
     fi
   fi
 fi
-if want nccl && [ -x "$NT_BUILD/all_reduce_perf" ]; then
-  mkdir -p "$W/nccl-tests"
+# --- nccl-tests and rackready's collectives, alternated ROUNDS times in this sitting: the
+# machine's own drift between minutes (nccl-tests moved up to 9 % between runs) lands on both
+# sides alike, and compare.py takes each column's median over the rounds. rackready: the same
+# sizes and flags, both modes, eager (what the check runs); in round 1 also the loop captured
+# as a CUDA graph (no torch call cost) and the buffers from torch's allocator (for contrast)
+ROUNDS=${ROUNDS:-3}
+nccl_tests_round() {
+  local r=$1 op NH
+  mkdir -p "$W/nccl-tests/r$r"
   NH=$(nccl_home)
   for op in all_reduce all_gather reduce_scatter alltoall sendrecv broadcast; do
     # the fixtures' flags, 64 MiB..4 GiB; both columns (out-of-place, in-place) in one run
-    LD_LIBRARY_PATH="$NH/lib:${LD_LIBRARY_PATH:-}" part "nccl-tests_$op" 90 \
+    LD_LIBRARY_PATH="$NH/lib:${LD_LIBRARY_PATH:-}" part "nccl-tests_${op}_r$r" 90 \
       "$NT_BUILD/${op}_perf" -b 64M -e 4G -f 4 -g "$N" -d bfloat16 -w 5 -n 20
-    cp "$W/logs/nccl-tests_$op.log" "$W/nccl-tests/$op.txt"
+    cp "$W/logs/nccl-tests_${op}_r$r.log" "$W/nccl-tests/r$r/$op.txt"
   done
-fi
-
-# --- rackready's collectives: the same sizes and flags, both modes; eager (what the check
-# runs), then the same loop captured as a CUDA graph (no torch call cost), in its own process
-if want coll; then
-  part collectives 180 "${TR[@]}" -m validation.workloads.collectives --out "$W/coll" \
-    --sizes 64M:4G:x4 --modes out_of_place,in_place --warmup 5 --iters 20 --repeats 3 --pair-size 0
-  part collectives_graph 180 "${TR[@]}" -m validation.workloads.collectives --out "$W/coll_graph" \
-    --sizes 64M:4G:x4 --modes out_of_place,in_place --graph on --warmup 5 --iters 20 --repeats 3 \
-    --pair-size 0
-fi
+}
+COLL=(-m validation.workloads.collectives --sizes 64M:4G:x4 --modes out_of_place,in_place
+      --warmup 5 --iters 20 --repeats 3 --pair-size 0)
+for r in $(seq 1 "$ROUNDS"); do
+  if want nccl && [ -x "$NT_BUILD/all_reduce_perf" ]; then nccl_tests_round "$r"; fi
+  if want coll; then
+    part "collectives_r$r" 180 "${TR[@]}" "${COLL[@]}" --out "$W/coll/r$r"
+    if [ "$r" = 1 ]; then
+      part collectives_graph 180 "${TR[@]}" "${COLL[@]}" --out "$W/coll_graph" --graph on
+      part collectives_torch_alloc 180 "${TR[@]}" "${COLL[@]}" --out "$W/coll_torch_alloc" \
+        --alloc torch
+    fi
+  fi
+done
 
 if want gemm; then
   mkdir -p "$W/bare"
@@ -135,7 +145,7 @@ want xfer && part transfers 60 "${TR[@]}" -m validation.workloads.transfers --ou
 # --- the reference job at torchtitan's shape: llama3-8b, seq 8192, batch 1, compiled ---
 if want fsdp; then
   part fsdp8b_none 200 "${TR[@]}" -m validation.workloads.fsdp_train --out "$W/fsdp8b_none" \
-    --shape llama3-8b --seq 8192 --steps 12 --timing-skip 4 --ac none --compile --peak-tflops $PEAK
+    --shape llama3-8b --seq 8192 --steps 20 --timing-skip 4 --ac none --compile --peak-tflops $PEAK
   part fsdp8b_selective 200 "${TR[@]}" -m validation.workloads.fsdp_train --out "$W/fsdp8b_selective" \
     --shape llama3-8b --seq 8192 --steps 10 --timing-skip 4 --ac selective --compile --peak-tflops $PEAK
 fi

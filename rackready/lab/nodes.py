@@ -22,10 +22,9 @@ def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
     rootfs.copy_rootfs(base, node.root)
     root = node.root
     (root / "etc/hostname").write_text(node.name + "\n")
-    hosts = ["127.0.0.1 localhost", f"{config.GATEWAY} rackready-controller"]
     jump = config.jump_spec()
-    hosts += [f"{jump.ip} {jump.name}"] + [f"{n.ip} {n.name}" for n in all_nodes]
-    (root / "etc/hosts").write_text("\n".join(hosts) + "\n")
+    hosts = [f"{config.GATEWAY} rackready-controller", f"{jump.ip} {jump.name}"]
+    _names(root, hosts + [f"{n.ip} {n.name}" for n in all_nodes])
     # Air-gapped, as a site's OS installer leaves a node: apt knows only the
     # local mirror (the controller's repository), verified by its signing key.
     (root / "etc/apt/sources.list").write_text("")
@@ -39,13 +38,26 @@ def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
     return keys.install_node_keys(root, node.name, node.ip, allow_from=jump.ip)
 
 
+def _names(root: Path, hosts: list[str]) -> None:
+    """Name resolution of an air-gapped site: every name the node needs in /etc/hosts and
+    no DNS server. The image's resolv.conf names the build host's server, which the lab
+    network cannot reach, so a lookup of anything missing from /etc/hosts (torchrun's
+    stores look up their peers' names) would wait out the resolver's timeouts."""
+    local = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+    (root / "etc/hosts").write_text("\n".join(local + hosts) + "\n")
+    resolv = root / "etc/resolv.conf"
+    resolv.unlink(missing_ok=True)  # may be a link into the image's resolver setup
+    resolv.write_text("# rackready lab: air-gapped, no DNS server; names are in /etc/hosts\n"
+                      "options timeout:1 attempts:1\n")
+
+
 def create_jump(base: Path) -> str:
     """The jump host: the same Debian image, SSH only, no sudo for the admin; returns
     its known_hosts line."""
     jump = config.jump_spec()
     rootfs.copy_rootfs(base, jump.root)
     (jump.root / "etc/hostname").write_text(jump.name + "\n")
-    (jump.root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{jump.ip} {jump.name}\n")
+    _names(jump.root, [f"{jump.ip} {jump.name}"])
     (jump.root / "etc/apt/sources.list").write_text("")
     return keys.install_node_keys(jump.root, jump.name, jump.ip, sudo=False)
 

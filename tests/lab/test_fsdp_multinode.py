@@ -23,11 +23,11 @@ pytestmark = pytest.mark.lab
 OUT = "/var/tmp/fsdp-multinode"
 
 
-def _torchrun(rank: int, endpoint: str, bundle_dir: str) -> str:
+def _torchrun(rank: int, endpoint: str, bundle_dir: str, rdzv_id: str = "rr-lab-test") -> str:
     args = [
         f"{NODE_VENV}/bin/python", "-m", "torch.distributed.run",
         "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "rr-lab-test",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
         "-m", "validation.workloads.fsdp_train", "--device", "cpu", "--shape", "tiny",
         "--seq", "128", "--steps", "16", "--out", OUT,
     ]
@@ -46,12 +46,13 @@ def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
         endpoint = f"{nodes[0].address}:29400"
         with ThreadPoolExecutor(2) as pool:
             # as root through sudo where the inventory says so, like the suite
-            jobs = [build_remote_command(_torchrun(i, endpoint, dirs[i]),
+            rdzv_id = new_run_id("rdzv")  # the rack step's way: one rendezvous per run
+            jobs = [build_remote_command(_torchrun(i, endpoint, dirs[i], rdzv_id),
                                          become=nodes[i].become) for i in range(2)]
             runs = list(pool.map(lambda i: ssh.run(clients[i], jobs[i], timeout_s=360),
                                  range(2)))
-        for rc, _, err in runs:
-            assert rc == 0, err[-2000:]
+        for rank, (rc, _, err) in enumerate(runs):
+            assert rc == 0, f"rank {rank} rc {rc}: {err[-2000:]}"
         _, text, _ = ssh.run(clients[0], f"cat {OUT}/fsdp_train.rank0.jsonl")
     finally:
         for c in clients:

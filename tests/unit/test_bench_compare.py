@@ -191,3 +191,42 @@ def test_titan_steps_are_counted_once_when_every_rank_logs_them():
     both = [one[0]] + [ln for ln in one[1:] for _ in (0, 1)]
     s = compare.titan_summary(compare.parse_titan_log("\n".join(both)))
     assert s["steps"] == 4 and s["tps"] == 9420
+
+
+def _coll_record(op: str, size: int, mode: str, value: float, alloc: str) -> str:
+    return json.dumps({"name": "nccl.busbw", "value": value, "unit": "GB/s",
+                       "labels": {"op": op, "size_bytes": str(size), "impl": "torch",
+                                  "ranks": "2", "mode": mode, "launch": "eager",
+                                  "alloc": alloc}}) + "\n"
+
+
+def test_rounds_compare_medians_and_the_allocator_nccl_tests_uses(tmp_path):
+    """Three rounds of each side: the medians are compared, so one slow round on either side
+    moves nothing; rackready's buffers from NCCL's allocator are the compared figure."""
+    w = tmp_path / "w"
+    capture = (CAPTURES / "nccl-tests-all_gather.txt").read_text()
+    size = 4 << 30
+    # nccl-tests in place at 4 GiB in three rounds: 306.6 (a slow round), 325.1, 324.0
+    for r, ip in enumerate(("306.6", "325.1", "324.0"), 1):
+        d = w / "nccl-tests" / f"r{r}"
+        d.mkdir(parents=True)
+        lines = []
+        for line in capture.splitlines():
+            cells = line.split()
+            if cells and cells[0] == str(size):
+                cells[-2] = ip  # the in-place busbw column
+                line = "  ".join(cells)
+            lines.append(line)
+        (d / "all_gather.txt").write_text("\n".join(lines) + "\n")
+    for r, (nccl_v, torch_v) in enumerate(((322.0, 311.0), (300.0, 310.0), (323.0, 312.0)), 1):
+        d = w / "coll" / f"r{r}"
+        d.mkdir(parents=True)
+        (d / "collectives.rank0.jsonl").write_text(
+            _coll_record("all_gather", size, "in_place", nccl_v, "nccl")
+            + _coll_record("all_gather", size, "in_place", torch_v, "torch"))
+    _, data = compare.build(w)
+    row = rows_by_what(data)["all_gather 4 GiB busbw GB/s"]
+    assert row["ref_best"] == pytest.approx(324.0) and row["ref_rounds"] == 3
+    assert row["ours_best"] == pytest.approx(322.0) and row["alloc"] == "nccl"
+    assert row["ratio"] == pytest.approx(322.0 / 324.0) and row["met"] is True
+    assert "torch's allocator: ip 311.0" in row["ours"] and "median of 3 rounds" in row["ours"]

@@ -57,6 +57,8 @@ def test_both_modes_measured_and_checked_on_gloo(tmp_path):
                    *((op, mode) for op in ("all_gather", "reduce_scatter", "alltoall",
                                            "sendrecv") for mode in MODES)}
     assert {m.labels["launch"] for m in ms if m.name == "nccl.busbw"} == {"eager"}
+    # NCCL's allocator is the default; gloo on CPU has none, and the label says what ran
+    assert {m.labels["alloc"] for m in ms if m.name == "nccl.busbw"} == {"torch"}
     correct = {(m.labels["op"], m.labels["mode"]): m.value for m in ms
                if m.name == "nccl.correct"}
     assert ("all_gather", "in_place") in correct and ("reduce_scatter", "in_place") in correct
@@ -77,3 +79,12 @@ def test_bad_modes_are_a_usage_error(tmp_path):
 
     with pytest.raises(UsageError, match="--modes"):
         main(["--device", "cpu", "--out", str(tmp_path), "--modes", "sideways"])
+
+
+def test_allocator_falls_back_to_torch_without_a_nccl_pool():
+    from validation.workloads.collectives import allocate, nccl_pool
+
+    d = Dist(0, 1, 0, torch.device("cpu"))
+    assert nccl_pool(d) is None
+    c, used = allocate(d, "nccl", lambda: Coll(d, "all_gather", 1 << 12, "out_of_place"))
+    assert used == "torch" and c.pool is None and c.y.numel() == c.numel

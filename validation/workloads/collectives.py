@@ -6,12 +6,15 @@ Per op, size and mode (out of place, in place: nccl-tests' two columns): one
 call on known inputs checked exactly (small integers that bf16 holds exactly),
 then nccl-tests' timing (warm-up, a loop of back-to-back calls timed as a
 whole, the mean over ranks; median of repeats), optionally as a replayed CUDA
-graph (--graph). busbw uses nccl-tests' factors. Then every ordered GPU
-pair sends to each other alone, to find one weak link.
+graph (--graph). busbw uses nccl-tests' factors. Buffers come from NCCL's own
+allocator (ncclMemAlloc) where torch offers it, as nccl-tests allocates them
+(--alloc). Then every ordered GPU pair sends to each other alone, to find one
+weak link.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import time
@@ -26,6 +29,7 @@ from validation.workloads.common import (
     Sink,
     UsageError,
     base_parser,
+    exit_process,
     finish,
     init,
     median_time,
@@ -69,6 +73,35 @@ TORCH_MODES = {"all_reduce": ("in_place",), "broadcast": ("in_place",)}
 UNCHECKED_IN_PLACE = ("alltoall", "sendrecv")
 
 
+ALLOCS = ("nccl", "torch")
+
+
+def nccl_pool(d: Dist) -> torch.cuda.MemPool | None:
+    """A pool whose memory comes from NCCL's ncclMemAlloc, as nccl-tests (>= 2.19)
+    allocates its buffers, not registered with NCCL (nccl-tests' default): the buffers'
+    allocation is then no difference between the two columns. On 2x H200 neither
+    allocator was faster across the board (bench/results/h200x2-2026-12-01-issue15.md).
+    None where torch or the backend lacks it."""
+    if not d.is_cuda:
+        return None
+    try:
+        return torch.cuda.MemPool(dist.group.WORLD._get_backend(d.device).mem_allocator)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+def allocate(d: Dist, alloc: str, make: Callable[[], Coll]) -> tuple[Coll, str]:
+    """make() with its buffers from `alloc`; the allocator really used comes back too.
+    The pool lives as long as the buffers (freed together, then empty_cache)."""
+    pool = nccl_pool(d) if alloc == "nccl" else None
+    if pool is None:
+        return make(), "torch"
+    with torch.cuda.use_mem_pool(pool, d.device):
+        c = make()
+    c.pool = pool
+    return c, "nccl"
+
+
 def modes_for(op: str, wanted: list[str]) -> list[str]:
     return [m for m in wanted if m in TORCH_MODES.get(op, MODES)]
 
@@ -87,6 +120,7 @@ class Coll:
         if mode not in modes_for(op, list(MODES)):
             raise UsageError(f"{op} has no {mode} form in torch.distributed")
         self.d, self.op, self.mode, n = d, op, mode, d.world
+        self.pool: torch.cuda.MemPool | None = None  # set by allocate()
         elem = 2  # bf16
         numel = max(size // (n * elem), 1) * n  # divisible by n for the sharded ops
         self.size, self.numel = numel * elem, numel
@@ -279,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         "--graph", choices=("off", "on", "both"), default="off",
         help="time the loop as a captured CUDA graph too (GPU only; label launch)",
     )
+    p.add_argument(
+        "--alloc", choices=ALLOCS, default="nccl",
+        help="buffers from NCCL's allocator as nccl-tests (default) or torch's caching "
+        "allocator; --graph runs always use torch's",
+    )
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
@@ -301,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     launches = {"off": ["eager"], "on": ["graph"], "both": ["eager", "graph"]}[a.graph]
     if not d.is_cuda:
         launches = ["eager"]  # CUDA graphs need a GPU
+    # A captured collective registers its buffers with NCCL (NCCL_GRAPH_REGISTER); on
+    # 2x H200 a capture after an earlier op's NCCL-pool buffers were freed hit an illegal
+    # memory access. Graph runs therefore keep torch's allocator.
+    alloc = "torch" if "graph" in launches else a.alloc
     sink = Sink(a.out, "collectives", d.rank)
     if d.rank == 0 and d.is_cuda:
         # the NCCL this process really runs (PyTorch's own), beside the system libnccl
@@ -308,10 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     for op in ops:
         for size in sizes:
             for mode in modes_for(op, modes):
-                c = Coll(d, op, size, mode)
+                c, used = allocate(d, alloc, functools.partial(Coll, d, op, size, mode))
                 ok = c.check(a.fault_rank) if c.checkable else None
                 lab = {"op": op, "size_bytes": c.size, "impl": "torch", "ranks": d.world,
-                       "mode": mode}
+                       "mode": mode, "alloc": used}
                 for launch in list(launches):
                     try:
                         t = loop_time(d, c, warmup=a.warmup, iters=a.iters, repeats=a.repeats,
@@ -345,4 +388,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_main(main))
+    exit_process(run_main(main))

@@ -6,11 +6,12 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -150,6 +151,20 @@ def median_time(d: Dist, fn: Callable[[], None], *, warmup: int, iters: int, rep
         fn()
     d.sync()
     return statistics.median(time_region(d, fn, iters) for _ in range(repeats))
+
+
+def exit_process(rc: int) -> NoReturn:
+    """End a workload process whose results are written: flush, then os._exit.
+
+    Interpreter teardown after destroy_process_group runs torch's C++ static destructors.
+    In the lab's two-node gloo job about one rank in twenty aborted there ("terminate
+    called without an active exception", SIGABRT) after its results were written and its
+    process group destroyed, so a job that had succeeded exited -6. Nothing is left to do
+    by then, so the teardown is skipped. An exception still ends the process as Python
+    does (traceback, exit 1), since it never reaches here."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def run_main(fn: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

@@ -6,7 +6,9 @@
 fully_shard per block and at the root with MixedPrecisionPolicy(bf16 params,
 fp32 reduce); torchtitan's recipe otherwise: AdamW, gradient clipping at total
 norm 1.0, linear warm-up then linear decay, activation checkpointing none /
-full / selective (per-op or every Kth block). Measures tokens/s/GPU, MFU
+full / selective (per-op or every Kth block), --compile compiling each block
+and the loss (torchtitan's compile components "model" and "loss"), the next
+batch built while the GPU runs the step. Measures tokens/s/GPU, MFU
 (torchtitan's FLOP count over the peak given with --peak-tflops), step-time
 spread across ranks, peak memory, the loss at every step (with the gradient
 norm and learning rate) and the mean loss per window of --loss-window steps:
@@ -22,6 +24,7 @@ import os
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,7 +35,16 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from validation.workloads import synthetic
-from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
+from validation.workloads.common import (
+    Dist,
+    Sink,
+    UsageError,
+    base_parser,
+    exit_process,
+    finish,
+    init,
+    run_main,
+)
 from validation.workloads.golden import loss_windows, window_rise
 from validation.workloads.llama import SHAPES, Llama, flops_per_token, init_weights
 
@@ -109,16 +121,36 @@ def lr_at(step: int, peak: float, warmup: int, total: int, min_factor: float = 0
     return peak * f
 
 
-def train_step(
-    d: Dist, model: Llama, opt: torch.optim.Optimizer, a, step: int
-) -> tuple[float, float]:
-    """One step; (loss averaged over ranks, gradient norm before clipping)."""
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+
+
+def loss_fn_for(a) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """torchtitan compiles the loss with the model (compile.components model and loss): the
+    fp32 upcast and the softmax fuse, and the fp32 logits are never held for backward."""
+    return torch.compile(cross_entropy) if a.compile else cross_entropy
+
+
+def next_batch(d: Dist, a, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step's batch on the device; built on the CPU while the GPU still runs the step before
+    (as a data loader prefetches), so its Python never stands between two steps."""
     x, y = synthetic.batch(a.seed, step, d.rank, a.batch, a.seq, SHAPES[a.shape].vocab)
-    x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
+    if d.is_cuda:
+        x, y = x.pin_memory(), y.pin_memory()
+    return x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
+
+
+def train_step(
+    d: Dist, model: Llama, opt: torch.optim.Optimizer, a, step: int,
+    batch: tuple[torch.Tensor, torch.Tensor], loss_fn: Callable[..., torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step, queued on the device: (loss summed over ranks, gradient norm before
+    clipping) as device tensors; the caller reads them when it needs the numbers."""
+    x, y = batch
     for g in opt.param_groups:
         g["lr"] = lr_at(step, a.lr, a.warmup, a.steps, a.min_lr_factor)
     logits = model(x)
-    loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+    loss = loss_fn(logits, y)
     del logits
     loss.backward()
     # torchtitan clips the total norm over every (sharded) parameter at max_norm 1.0
@@ -129,9 +161,15 @@ def train_step(
         norm = norm.full_tensor()
     opt.step()
     opt.zero_grad(set_to_none=True)
-    avg = loss.detach().clone()
-    dist.all_reduce(avg)
-    return float(avg.item()) / d.world, float(norm.item())
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    return total, norm
+
+
+def read_step(d: Dist, total: torch.Tensor, norm: torch.Tensor) -> tuple[float, float]:
+    """(loss averaged over ranks, gradient norm): one device-to-host read for both."""
+    loss_sum, norm_v = torch.stack([total.float(), norm.float().to(total.device)]).tolist()
+    return loss_sum / d.world, norm_v
 
 
 def _dir_bytes(p: Path) -> int:
@@ -199,11 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.ckpt_step
         else None
     )
+    loss_fn = loss_fn_for(a)
     t_run = time.perf_counter()
+    batch = next_batch(d, a, 1)
     for step in range(1, a.steps + 1):
         d.sync()
         t0 = time.perf_counter()
-        losses[step], norms[step] = train_step(d, model, opt, a, step)
+        queued = train_step(d, model, opt, a, step, batch, loss_fn)
+        if step < a.steps:
+            batch = next_batch(d, a, step + 1)
+        losses[step], norms[step] = read_step(d, *queued)
         d.sync()
         if step > a.timing_skip:
             times.append(time.perf_counter() - t0)
@@ -309,8 +352,10 @@ def _restore_and_compare(d: Dist, sink: Sink, a, path: Path, losses: dict[int, f
     dist.barrier()
     dt = time.perf_counter() - t0
     diffs = []
+    loss_fn = loss_fn_for(a)
     for step in range(a.ckpt_step + 1, a.steps + 1):
-        loss, _ = train_step(d, model, opt, a, step)
+        loss, _ = read_step(d, *train_step(d, model, opt, a, step, next_batch(d, a, step),
+                                           loss_fn))
         diffs.append(abs(loss - losses[step]))
         if d.rank == 0:
             sink.emit("fsdp.resumed_loss", round(loss, 6), "", step=step)
@@ -324,4 +369,4 @@ def _restore_and_compare(d: Dist, sink: Sink, a, path: Path, losses: dict[int, f
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_main(main))
+    exit_process(run_main(main))

@@ -28,7 +28,16 @@ import torch.distributed as dist
 
 from validation.workloads import burnin_log
 from validation.workloads.burnin_log import IntervalLog, LogBusy, Record
-from validation.workloads.common import Dist, Sink, UsageError, base_parser, finish, init, run_main
+from validation.workloads.common import (
+    Dist,
+    Sink,
+    UsageError,
+    base_parser,
+    exit_process,
+    finish,
+    init,
+    run_main,
+)
 from validation.workloads.load_clocks import load_clocks
 from validation.workloads.sdc import sdc_blame
 from validation.workloads.telemetry import Sample, Sampler, gpu_uuid
@@ -346,4 +355,4 @@ def _report(
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_main(main))
+    exit_process(run_main(main))

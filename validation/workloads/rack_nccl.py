@@ -37,6 +37,7 @@ from validation.workloads.common import (
     Sink,
     UsageError,
     base_parser,
+    exit_process,
     finish,
     init,
     median_time,
@@ -246,4 +247,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_main(main))
+    exit_process(run_main(main))

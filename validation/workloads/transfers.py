@@ -16,7 +16,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from validation.workloads.common import Dist, Sink, base_parser, finish, init, median_time, run_main
+from validation.workloads.common import (
+    Dist,
+    Sink,
+    base_parser,
+    exit_process,
+    finish,
+    init,
+    median_time,
+    run_main,
+)
 
 
 def parse_cpulist(text: str) -> set[int]:
@@ -183,4 +192,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_main(main))
+    exit_process(run_main(main))
