@@ -21,6 +21,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -81,6 +82,9 @@ PROVISIONED_VARS = {
                       "nvidia_driver_mig_enabled", "nvidia_driver_persistence_enabled"),
     "cuda_toolkit": ("cuda_toolkit_version",),
     "nccl": ("nccl_version",),
+    # the site's BIOS choices over the platform profile: the out-of-band step compares the
+    # BMC's attributes with what the role set, so a site override is not read as drift
+    "bios": ("bios_attributes_override",),
 }
 
 
@@ -346,10 +350,23 @@ def provisioned(hostvars: dict, path: Path, host: str = "") -> dict:
             except AnsibleError as exc:
                 first = str(exc).strip().splitlines()[0]
                 raise UserError(f"{path}: host '{host}': {name}: {first}") from None
-            # Ansible's str/int subclasses become plain data for YAML and JSON.
-            out[name] = value if isinstance(value, bool) else (
-                int(value) if isinstance(value, int) else str(value))
+            out[name] = _plain(value)
     return out
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's str/int/dict subclasses as plain data for YAML and JSON."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
 
 
 # ---------------------------------------------------------------- BMC access (issue 17)

@@ -130,3 +130,19 @@ def test_the_roce_gid_index_moves_the_role_and_ib_write_bw_together(rack: Path):
     with pytest.raises(RuntimeError, match="rdma_network_roce_gid_index"):
         gid_index({k: v for k, v in site.items() if k != "rdma_network_roce_gid_index"})
     assert site_of(rack, "gpu06")["rdma_network_roce_gid_index"] == 3
+
+
+def test_a_site_bios_override_is_what_the_out_of_band_step_expects(rack: Path):
+    """The bios role applies the platform profile combined with bios_attributes_override;
+    the out-of-band step must expect the same, or a site's choice reads as drift."""
+    from rackready import oob
+
+    base, _ = oob.bios_profile(inventory.find("gpu01", str(rack)))
+    name = next(iter(base))
+    set_group_var(rack, "all", bios_attributes_override={name: "SiteChoice"})
+    node = inventory.find("gpu01", str(rack))
+    assert ansible_effective(rack, "gpu01")["bios_attributes_override"] == {name: "SiteChoice"}
+    want, _ = oob.bios_profile(node)
+    assert want[name] == "SiteChoice" and base[name] != "SiteChoice"
+    assert {k: v for k, v in want.items() if k != name} == \
+        {k: v for k, v in base.items() if k != name}
