@@ -332,8 +332,10 @@ def _torchrun(node, rank: int, nnodes: int, endpoint: str, run_id: str, bundle_d
     if socket_ifname:  # the lab's one network, for gloo and NCCL's bootstrap alike
         env |= {"GLOO_SOCKET_IFNAME": socket_ifname, "NCCL_SOCKET_IFNAME": socket_ifname}
     assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    # --kill-after: torchrun's agent, waiting in a rendezvous whose peer never came, outlived
+    # timeout's SIGTERM by minutes in the lab; SIGKILL follows 15 s later
     return (f"rm -rf {OUT} && mkdir -p {OUT} && cd {shlex.quote(bundle_dir)} && "
-            f"{assign} timeout {TIMEOUT_S[device]} {shlex.join(args)}")
+            f"{assign} timeout --kill-after=15 {TIMEOUT_S[device]} {shlex.join(args)}")
 
 
 def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any],

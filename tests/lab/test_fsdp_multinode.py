@@ -32,7 +32,8 @@ def _torchrun(rank: int, endpoint: str, bundle_dir: str, rdzv_id: str = "rr-lab-
         "--seq", "128", "--steps", "16", "--out", OUT,
     ]
     return (f"rm -rf {OUT} && cd {shlex.quote(bundle_dir)} && "
-            f"GLOO_SOCKET_IFNAME=host0 NCCL_NVLS_ENABLE=0 timeout 300 {shlex.join(args)}")
+            f"GLOO_SOCKET_IFNAME=host0 NCCL_NVLS_ENABLE=0 "
+            f"timeout --kill-after=15 300 {shlex.join(args)}")
 
 
 def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
