@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15's bench: rackready beside nccl-tests and torchtitan, in one sitting.
-#   bash bench/run_gpu.sh                          everything (about 9-11 minutes on 2x H200)
+#   bash bench/run_gpu.sh                          everything (about 11-13 minutes on 2x H200)
 #   ONLY=build,nccl,coll,gemm bash bench/run_gpu.sh    then    ONLY=fsdp,titan bash bench/run_gpu.sh
+#   ROUNDS=N (default 3): nccl-tests and the collectives alternated N times (env..gemm took 265 s)
 # Parts (ONLY, comma list): env build nccl coll gemm fsdp titan hbm xfer.
 # Work folder W (BENCH_W, default /tmp/rr-bench) survives between calls on a warm machine, so
 # two calls make one sitting; each call ends with bench/compare.py over everything in W and

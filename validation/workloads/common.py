@@ -169,8 +169,6 @@ def exit_process(rc: int) -> NoReturn:
 
 def run_main(fn: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Entry point wrapper: a UsageError is one line and exit 2, never a traceback."""
-    import sys
-
     try:
         return fn(argv)
     except UsageError as e:
