@@ -105,6 +105,37 @@ def test_activation_checkpointing_modes_give_the_same_loss(tmp_path):
     assert {r["labels"]["ac"] for r in got["fsdp.tokens_per_s_per_gpu"]} == {"selective"}
 
 
+# --- the model's attention and the training loop's collector, as torchtitan's ---
+def test_grouped_query_attention_reads_kv_heads_in_place_with_the_expanded_result():
+    from validation.workloads.llama import attention
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 16, 8, generator=g)
+    k, v = torch.randn(1, 2, 16, 8, generator=g), torch.randn(1, 2, 16, 8, generator=g)
+    # query head i reads kv head i // 2 (Llama's grouping), as an explicit copy would
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1), is_causal=True)
+    assert torch.allclose(attention(q, k, v), want, atol=1e-6)
+    # and not the other grouping (head i reads kv head i % 2): the test can fail
+    other = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1), is_causal=True)
+    assert not torch.allclose(attention(q, k, v), other, atol=1e-3)
+
+
+def test_the_collector_runs_on_schedule_and_is_restored(monkeypatch):
+    import gc
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda gen=2: calls.append(gen))
+    assert gc.isenabled()
+    with fsdp_train.scheduled_gc() as collect:
+        assert not gc.isenabled()
+        for step in range(1, 2 * fsdp_train.GC_EVERY + 1):
+            collect(step)
+    assert gc.isenabled()  # the worker group's next workload runs with it on
+    assert calls == [1, 1, 1]  # once on entry, then at steps 50 and 100
+
+
 # --- golden curves ---
 def _g(loss: dict[int, float], steps: int = 4, tol: float = 0.01) -> Golden:
     return Golden("tiny", 2, "bf16", {"seq": "64", "steps": str(steps)}, tol, "test run", loss)

@@ -3,8 +3,11 @@
     torchrun --nproc-per-node N [--nnodes M --rdzv-endpoint HOST:PORT] \\
         -m validation.workloads.fsdp_train --out DIR --shape llama3-8b --steps 20
 
-fully_shard per block and at the root with MixedPrecisionPolicy(bf16 params,
-fp32 reduce); torchtitan's recipe otherwise: AdamW, gradient clipping at total
+fully_shard as torchtitan v0.2.2 groups it (embedding, each block, norm with
+output, root) with MixedPrecisionPolicy(bf16 params, fp32 reduce); attention
+through SDPA with torchtitan's backend order and grouped-query heads unexpanded;
+Python's collector run every 50 steps, not at random; torchtitan's recipe
+otherwise: AdamW, gradient clipping at total
 norm 1.0, linear warm-up then linear decay, activation checkpointing none /
 full / selective (per-op or every Kth block), --compile compiling each block
 and the loss (torchtitan's compile components "model" and "loss"), the next
@@ -20,11 +23,13 @@ steps K+1.. and reports the largest loss difference.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -89,11 +94,16 @@ def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
     for blk, ac in zip(model.layers, parse_ac(a.ac, shape.n_layers), strict=True):
         blk.recompute = ac
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for i, blk in enumerate(model.layers):
+    # torchtitan v0.2.2's grouping: the embedding alone (its all-gather is the only one not
+    # hidden behind compute), each block, then norm and output together, kept gathered
+    # after forward because backward starts with them; their gradients' reduce-scatter then
+    # overlaps the blocks' backward instead of trailing the step in the root's group
+    fully_shard(model.tok_embeddings, mp_policy=mp)
+    for blk in model.layers:
         if a.compile:
             blk.compile()
-        # the last block's params are needed right away in backward: keep them gathered
-        fully_shard(blk, mp_policy=mp, reshard_after_forward=i < len(model.layers) - 1)
+        fully_shard(blk, mp_policy=mp)
+    fully_shard([model.norm, model.output], mp_policy=mp, reshard_after_forward=False)
     fully_shard(model, mp_policy=mp)
     model.to_empty(device=d.device)
     init_weights(model, seed, d.rank)
@@ -172,6 +182,24 @@ def read_step(d: Dist, total: torch.Tensor, norm: torch.Tensor) -> tuple[float, 
     return loss_sum / d.world, norm_v
 
 
+GC_EVERY = 50  # torchtitan's training.gc_freq
+
+
+@contextlib.contextmanager
+def scheduled_gc() -> Iterator[Callable[[int], None]]:
+    """As torchtitan: Python's collector off while training (a collection at a random
+    step on one rank makes every rank wait for it), run by hand every GC_EVERY steps;
+    on again after, for whatever runs next in this process (the worker group)."""
+    was = gc.isenabled()
+    gc.disable()
+    gc.collect(1)
+    try:
+        yield lambda step: gc.collect(1) if step % GC_EVERY == 0 else None
+    finally:
+        if was:
+            gc.enable()
+
+
 def _dir_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
@@ -240,18 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = loss_fn_for(a)
     t_run = time.perf_counter()
     batch = next_batch(d, a, 1)
-    for step in range(1, a.steps + 1):
-        d.sync()
-        t0 = time.perf_counter()
-        queued = train_step(d, model, opt, a, step, batch, loss_fn)
-        if step < a.steps:
-            batch = next_batch(d, a, step + 1)
-        losses[step], norms[step] = read_step(d, *queued)
-        d.sync()
-        if step > a.timing_skip:
-            times.append(time.perf_counter() - t0)
-        if ckpt_path is not None and step == a.ckpt_step:
-            _save(d, sink, model, opt, ckpt_path)
+    with scheduled_gc() as collect:
+        for step in range(1, a.steps + 1):
+            collect(step)
+            d.sync()
+            t0 = time.perf_counter()
+            queued = train_step(d, model, opt, a, step, batch, loss_fn)
+            if step < a.steps:
+                batch = next_batch(d, a, step + 1)
+            losses[step], norms[step] = read_step(d, *queued)
+            d.sync()
+            if step > a.timing_skip:
+                times.append(time.perf_counter() - t0)
+            if ckpt_path is not None and step == a.ckpt_step:
+                _save(d, sink, model, opt, ckpt_path)
     curve = {"world": d.world, "shape": a.shape, "dtype": "bf16", "seed": a.seed, "ac": a.ac}
     if d.rank == 0:
         # what the curve depends on: the golden curve of this config (validation.workloads.golden)

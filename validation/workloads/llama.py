@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -28,6 +29,7 @@ _SAC_SAVE = {
         "_scaled_dot_product_flash_attention",
         "_scaled_dot_product_cudnn_attention",
         "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_fused_attention_overrideable",
     )
     if hasattr(torch.ops.aten, name)
 }
@@ -100,6 +102,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2).type_as(x)
 
 
+# torchtitan v0.2.2's SDPA order (models/attention.py): cuDNN's fused attention first, then
+# flash, then math (the only one on CPU); torch's own default puts flash before cuDNN
+SDPA_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal attention, (b, heads, s, hd); k and v may have fewer heads (grouped-query):
+    SDPA reads each kv head for its query heads (enable_gqa), so no expanded copy of k and
+    v is made or saved for backward."""
+    with sdpa_kernel(SDPA_BACKENDS, set_priority=True):
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
+        )
+
+
 class Attention(nn.Module):
     def __init__(self, s: Shape) -> None:
         super().__init__()
@@ -114,12 +131,7 @@ class Attention(nn.Module):
         q = apply_rope(self.wq(x).view(b, n, self.h, self.hd), cos, sin)
         k = apply_rope(self.wk(x).view(b, n, self.kvh, self.hd), cos, sin)
         v = self.wv(x).view(b, n, self.kvh, self.hd)
-        rep = self.h // self.kvh  # GQA: each kv head serves `rep` query heads
-        k = k.unsqueeze(3).expand(b, n, self.kvh, rep, self.hd).reshape(b, n, self.h, self.hd)
-        v = v.unsqueeze(3).expand(b, n, self.kvh, rep, self.hd).reshape(b, n, self.h, self.hd)
-        o = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
-        )
+        o = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(o.transpose(1, 2).reshape(b, n, -1))
 
 
