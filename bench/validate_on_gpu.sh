@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The node-side suite on a real GPU machine, as `invoke validate` runs it on a node.
 #   LEVELS="quick standard" bash bench/validate_on_gpu.sh
+#   SITE=FILE.yml: per-node settings, as `python -m validation run --site` takes them (e.g.
+#   workloads: {fsdp: {steps: 20, ckpt_step: 10}} to try a level's parameters before changing it)
 # Results: $OUT/<level>.tar.gz (the run directory; unpack and `invoke report --run DIR`)
 # and $OUT/timing.txt. The profile is scoped to what the machine has (its GPUs; it has
 # no ConnectX, NVMe RAID, NVSwitch device files, fabric manager service, nccl-tests or fio):
@@ -19,7 +21,7 @@ run() {  # run LEVEL NAME [extra args]
   local level=$1 name=$2; shift 2
   local t0=$SECONDS
   timeout "${LIMIT_S:-560}" python3 -m validation run --profile "$PROFILE" --gpus "$GPUS" --without "$WITHOUT" \
-      --level "$level" --out "$RUNS/$name/$(hostname)" "$@" > "$RUNS/$name.stdout" 2> "$RUNS/$name.stderr"
+      --level "$level" --out "$RUNS/$name/$(hostname)" ${SITE:+--site "$SITE"} "$@" > "$RUNS/$name.stdout" 2> "$RUNS/$name.stderr"
   local rc=$?
   echo "$name: level=$level rc=$rc wall=$((SECONDS - t0)) s" | tee -a "$OUT/timing.txt"
   # results and events only: workload logs can exceed what comes back
