@@ -88,3 +88,31 @@ def test_allocator_falls_back_to_torch_without_a_nccl_pool():
     assert nccl_pool(d) is None
     c, used = allocate(d, "nccl", lambda: Coll(d, "all_gather", 1 << 12, "out_of_place"))
     assert used == "torch" and c.pool is None and c.y.numel() == c.numel
+
+
+def test_the_timed_loop_queues_every_call_before_it_waits(monkeypatch):
+    """nccl-tests' loop: calls back to back on one stream; a wait between two calls would
+    time torch's cross-stream round trip too."""
+    import validation.workloads.collectives as coll
+
+    log = []
+
+    class Work:
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        def wait(self) -> None:
+            log.append(("wait", self.i))
+
+    def all_to_all_single(y, x, async_op=False):
+        assert async_op  # queued, never a blocking call
+        log.append(("launch", len(log)))
+        return Work(len(log) - 1)
+
+    monkeypatch.setattr(coll.dist, "all_to_all_single", all_to_all_single)
+    c = _coll("alltoall", "out_of_place")
+    c.queue(3)
+    assert [k for k, _ in log] == ["launch"] * 3 + ["wait"] * 3
+    log.clear()
+    c()  # a plain call (the correctness check's) waits for itself
+    assert [k for k, _ in log] == ["launch", "wait"]

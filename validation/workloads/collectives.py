@@ -4,8 +4,9 @@
 
 Per op, size and mode (out of place, in place: nccl-tests' two columns): one
 call on known inputs checked exactly (small integers that bf16 holds exactly),
-then nccl-tests' timing (warm-up, a loop of back-to-back calls timed as a
-whole, the mean over ranks; median of repeats), optionally as a replayed CUDA
+then nccl-tests' timing (warm-up, a loop of calls queued back to back and
+waited for once, timed as a whole, the mean over ranks; median of repeats),
+optionally as a replayed CUDA
 graph (--graph). busbw uses nccl-tests' factors. Buffers come from NCCL's own
 allocator (ncclMemAlloc) where torch offers it, as nccl-tests allocates them
 (--alloc). Then every ordered GPU pair sends to each other alone, to find one
@@ -146,25 +147,40 @@ class Coll:
     def _fill(self) -> None:
         self.x.copy_(_pattern(self.x.numel(), self.d.rank, self.d.device))
 
-    def __call__(self) -> None:
+    def launch(self) -> list[dist.Work]:
+        """Queue one call (async_op): on GPU the kernel is queued on NCCL's stream and
+        nothing waits for it yet."""
         op = self.op
         if op == "all_reduce":
-            dist.all_reduce(self.x)
+            w = dist.all_reduce(self.x, async_op=True)
         elif op == "all_gather":
-            dist.all_gather_into_tensor(self.y, self.x)
+            w = dist.all_gather_into_tensor(self.y, self.x, async_op=True)
         elif op == "reduce_scatter":
-            dist.reduce_scatter_tensor(self.y, self.x)
+            w = dist.reduce_scatter_tensor(self.y, self.x, async_op=True)
         elif op == "alltoall":
-            dist.all_to_all_single(self.y, self.x)
+            w = dist.all_to_all_single(self.y, self.x, async_op=True)
         elif op == "broadcast":
-            dist.broadcast(self.x, src=0)
+            w = dist.broadcast(self.x, src=0, async_op=True)
         else:
-            ops = [
+            return list(dist.batch_isend_irecv([
                 dist.P2POp(dist.isend, self.x, self._peers[0]),
                 dist.P2POp(dist.irecv, self.y, self._peers[1]),
-            ]
-            for w in dist.batch_isend_irecv(ops):
-                w.wait()
+            ]))
+        return [w]
+
+    def __call__(self) -> None:
+        """One call, waited for (the current stream waits on NCCL's, as a plain call)."""
+        for w in self.launch():
+            w.wait()
+
+    def queue(self, n: int) -> None:
+        """n calls back to back, then one wait for all: nccl-tests' loop (one stream, no
+        wait between calls). A wait after each call would put a cross-stream round trip
+        (NCCL's end event, the current stream's wait and its next event) between two
+        kernels, a few microseconds that are torch's, not the fabric's."""
+        works = [w for _ in range(n) for w in self.launch()]
+        for w in works:
+            w.wait()
 
     @property
     def checkable(self) -> bool:
@@ -206,14 +222,15 @@ class Coll:
         return int(flag.item()) == 0
 
 
-def loop_time(d: Dist, fn: Callable[[], None], *, warmup: int, iters: int, repeats: int,
+def loop_time(d: Dist, c: Coll, *, warmup: int, iters: int, repeats: int,
               graph: bool = False) -> float:
-    """nccl-tests' method: warm-up calls, then `iters` calls back to back on one stream,
-    timed around the whole loop (device events on GPU), seconds per call; the median of
-    `repeats` such loops. graph: the loop is captured once as a CUDA graph and replayed,
-    so torch's per-call host cost is out of the measured time (nccl-tests' -G)."""
-    for _ in range(warmup):
-        fn()
+    """nccl-tests' method: warm-up calls, then `iters` calls back to back on one stream
+    (Coll.queue), timed around the whole loop (device events on GPU), seconds per call;
+    the median of `repeats` such loops. graph: the loop is captured once as a CUDA graph
+    and replayed, so torch's per-call host cost is out of the measured time (nccl-tests'
+    -G)."""
+    fn: Callable[[], None] = c
+    c.queue(warmup)
     d.sync()
     run: Callable[[], None]
     if graph and d.is_cuda:
@@ -232,8 +249,7 @@ def loop_time(d: Dist, fn: Callable[[], None], *, warmup: int, iters: int, repea
         run = g.replay
     else:
         def run() -> None:
-            for _ in range(iters):
-                fn()
+            c.queue(iters)
     times = []
     for _ in range(repeats):
         if d.is_cuda:
