@@ -22,6 +22,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from rackready.result_shape import MALFORMED
 from rackready.rundir import NodeResult, PlannedNode, RunDir, now_iso
 from validation.judge import component, judge, judge_fleet
 from validation.model import CheckResult, Verdict
@@ -366,7 +367,7 @@ def _decide(j: dict[str, Any]) -> None:
     failing = [v for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", [])
                if v["outcome"] == "fail"]
     missing = j["scope"]["missing_checks"]
-    wrong = ("result.json is for", "the node ran a different")
+    wrong = ("result.json is for", "the node ran a different", MALFORMED)
     if (not j["complete"] or j["profile_sha256"] is None
             or any(p.startswith(wrong) for p in j["problems"])):
         outcome = "INCOMPLETE"
@@ -413,7 +414,7 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
         if node_result.result is None:
             events, bad = run.read_events(name)
             if events:
-                events_result = result_from_events(events, name)
+                events_result = result_from_events(events, name, node_result.problems)
             if bad:
                 node_result.problems.append(f"{bad} unusable event line(s) skipped")
         session = run.read_session(name)

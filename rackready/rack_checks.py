@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rackready.result_shape import is_scalar
 from rackready.rundir import RunDir, _write_json_atomic, now_iso
 from rackready.sanitize import one_line
 
@@ -286,12 +287,16 @@ def parse_records(text: str, problems: list[str], node: str) -> list[dict[str, A
             rec = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
             ok = (isinstance(rec, dict) and isinstance(rec.get("name"), str)
                   and isinstance(rec.get("labels"), dict)
+                  # label values are names and numbers: they key tables and fill messages
+                  and all(isinstance(v, str | int | float) and is_scalar(v)
+                          for v in rec["labels"].values())
                   and (isinstance(rec.get("value"), bool) or (
                       isinstance(rec.get("value"), int | float)
                       and math.isfinite(rec["value"]))))
             if rec.get("name") == PAIR_METRIC:
                 ok = ok and all(k in rec["labels"]
                                 for k in ("node_a", "node_b", "rail", "nic_a", "nic_b"))
+                ok = ok and str(rec["labels"]["rail"]).isdigit()
         except (ValueError, TypeError):
             ok = False
         if ok:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rackready.errors import UserError
+from rackready.result_shape import conform_result
 
 RUN_FILE = "run.json"
 REPORT_DIRNAME = "report"
@@ -229,7 +230,7 @@ class RunDir:
         if str(version) not in KNOWN_RESULT_SCHEMAS:
             return NodeResult(None, [f"result.json has unknown schema_version {version!r} "
                                      f"(this controller reads {', '.join(KNOWN_RESULT_SCHEMAS)})"])
-        return NodeResult(data, problems)
+        return NodeResult(conform_result(data, problems), problems)
 
     def read_events(self, node: str) -> tuple[list[dict[str, Any]], int]:
         """Events the node streamed, and how many lines could not be used."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from rackready.errors import UserError
 from rackready.report.errors import ReportError
+from rackready.result_shape import conform_result
 from rackready.rundir import RunDir
 
 # Measurement status for a check that started but never finished (report-only value).
@@ -104,8 +105,10 @@ def _run_info(run: RunDir, nodes: list[NodeRun]) -> dict[str, Any]:
     }
 
 
-def result_from_events(events: list[dict[str, Any]], fallback_name: str) -> dict[str, Any]:
-    """Rebuild a result.json-shaped dict from what the node streamed before it stopped."""
+def result_from_events(events: list[dict[str, Any]], fallback_name: str,
+                       problems: list[str] | None = None) -> dict[str, Any]:
+    """Rebuild a result.json-shaped dict from what the node streamed before it stopped
+    (in the controller's shape: rackready.result_shape; the judgement names what was not)."""
     res: dict[str, Any] = {
         "schema_version": None, "run_id": None, "node": fallback_name, "hostname": None,
         "profile": None, "level": None, "simulated": False, "started": None,
@@ -141,7 +144,9 @@ def result_from_events(events: list[dict[str, Any]], fallback_name: str) -> dict
             "message": "the node stopped before this check finished; measurements so far",
             "needs": partial["needs"],
         })
-    return res
+    if problems is None:
+        problems = []
+    return conform_result(res, problems)
 
 
 def hash_artifacts(node_dir: Path) -> dict[str, str]:

@@ -182,6 +182,15 @@ def test_records_from_the_node_are_untrusted():
                       '{"name": "rack.allreduce_busbw", "value": NaN, "labels": {}}', ""])
     recs = rc.parse_records(text, problems, "a")
     assert len(recs) == 1 and problems == ["a: 3 unusable rack measurement line(s) skipped"]
+    # label values that cannot key a table or fill a message, a rail that is no number
+    odd_node = _pair("a", "b", 0, 1.0)
+    odd_node["labels"]["node_b"] = {"name": "b"}
+    odd_rail = _pair("a", "b", 0, 1.0)
+    odd_rail["labels"]["rail"] = "first"
+    problems = []
+    recs = rc.parse_records("\n".join(json.dumps(r) for r in (odd_node, odd_rail)),
+                            problems, "a")
+    assert recs == [] and problems == ["a: 2 unusable rack measurement line(s) skipped"]
 
 
 def test_groups_by_fabric_and_leaves_out_with_a_reason():

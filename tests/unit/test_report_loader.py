@@ -74,7 +74,8 @@ def test_bad_run_plan_is_one_clear_error(tmp_path: Path, mutate, words: str) -> 
 
 @pytest.mark.parametrize("content, words", [
     ('{"schema_version": "1.0", "checks": 3, "outcome": "PASS"}', "no list of checks"),
-    (json.dumps({**result("gpu01"), "checks": [{"check": 1}]}), "malformed check"),
+    (json.dumps({**result("gpu01"), "checks": [{"check": 1}]}),
+     "result.json malformed: checks[0] has no check name"),
     ('{"schema_version": "7"}', "unknown schema_version"),
     ("[1, 2]", "not a JSON object"),
     ("", "empty"),

@@ -1,0 +1,160 @@
+"""A node that sends wrong types: the controller conforms what it read, judges that node
+INCOMPLETE and names the part, and the rack's judging and reports go on for every node.
+
+The node results are real (the hwsim node-side run of test_judging); each test breaks
+one part as a broken or hostile node could."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from test_judging import _run, hw_run  # noqa: F401  (the fixture)
+
+from rackready.judging import judge_run
+from rackready.report.build import build_reports
+from rackready.result_shape import MALFORMED, conform_result
+
+
+def _measurement(result: dict, name: str) -> dict:
+    return next(m for c in result["checks"] for m in c["measurements"] if m["name"] == name)
+
+
+def _break_label(r):
+    _measurement(r, "gpu.temperature")["labels"]["gpu"] = {"nested": ["x"]}
+
+
+def _break_value(r):
+    _measurement(r, "gpu.temperature")["value"] = [35, 36]
+
+
+def _break_unit(r):
+    _measurement(r, "gpu.temperature")["unit"] = {"C": True}
+
+
+def _break_artifact_digest(r):
+    r["artifacts"][next(iter(r["artifacts"]))] = None
+
+
+def _break_status(r):
+    r["checks"][0]["status"] = "passed with flying colours"
+
+
+def _break_inventory(r):
+    r["inventory"] = ["gpu0", "gpu1"]
+
+
+def _break_tools(r):
+    r["tool_versions"] = {"python": {"major": 3}}
+
+
+@pytest.mark.parametrize("edit, part", [
+    (_break_label, "labels.gpu"),
+    (_break_value, ".value is a list"),
+    (_break_unit, ".unit is an object"),
+    (_break_artifact_digest, "is not a SHA-256 digest"),
+    (_break_status, ".status"),
+    (_break_inventory, "inventory is a list"),
+    (_break_tools, "tool_versions.python"),
+])
+def test_a_malformed_part_makes_that_node_incomplete_and_the_rack_reports_build(
+        tmp_path, hw_run, edit, part):  # noqa: F811
+    result, site = hw_run
+    bad = copy.deepcopy(result)
+    edit(bad)
+    run = _run(tmp_path, {"gpu01": bad, "gpu02": result}, site)
+    j = judge_run(run)
+    assert j["gpu01"]["outcome"] == "INCOMPLETE", j["gpu01"]["outcome_reason"]
+    assert j["gpu01"]["outcome_reason"].startswith(MALFORMED)
+    assert any(p.startswith(MALFORMED) and part in p for p in j["gpu01"]["problems"]), \
+        j["gpu01"]["problems"]
+    # the healthy node is judged as if gpu01 had sent nothing wrong
+    assert not any(MALFORMED in p for p in j["gpu02"]["problems"])
+    build_reports(run.path, {"json", "html", "junit"})
+    rack = json.loads((run.report_dir / "rack.json").read_text())
+    assert [n["node"] for n in rack["nodes"]] == ["gpu01", "gpu02"]
+    assert rack["outcome"] == "INCOMPLETE"
+    node = json.loads((run.report_dir / "node-gpu01.json").read_text())
+    assert node["outcome"] == "INCOMPLETE" and any(part in p for p in node["problems"])
+
+
+def test_conform_replaces_with_what_cannot_pass_and_counts_the_rest():
+    problems: list[str] = []
+    raw = {
+        "schema_version": "1.0", "node": 7, "simulated": "no", "outcome": "NaN",
+        "bundle_sha256": "abc", "only": "everything",
+        "checks": [
+            {"check": "gpu.health", "status": "ok", "duration_s": -3,
+             "measurements": [{"name": "gpu.temperature", "value": {"v": 1}, "unit": 5,
+                               "labels": {"gpu": "0", "bad\x1b[31m": [1]}, "artifact": 3},
+                              {"value": 1}, "not a dict"],
+             "needs": ["gpu", 4]},
+            {"check": "", "status": "ok"},
+            {"status": "ok"},
+        ],
+    }
+    out = conform_result(raw, problems)
+    m = out["checks"][0]["measurements"]
+    assert len(out["checks"]) == 1 and len(m) == 1
+    assert m[0] == {"name": "gpu.temperature", "value": None, "unit": "", "labels": {"gpu": "0"},
+                    "artifact": None}
+    assert out["checks"][0]["duration_s"] == 0.0 and out["checks"][0]["needs"] == ["gpu"]
+    assert out["node"] is None and out["bundle_sha256"] is None and out["only"] is None
+    assert out["outcome"] is None  # the node's claim, when it is not an outcome
+    assert out["simulated"] is True  # a flag it cannot read never claims real hardware
+    assert all(p.startswith(MALFORMED) for p in problems)
+    assert len(problems) == 6 and problems[-1].endswith("more part(s) replaced")
+    assert not any("\x1b" in p for p in problems)  # a node's key is cleaned for the report
+
+
+def test_a_well_formed_result_conforms_unchanged(hw_run):  # noqa: F811
+    result, _ = hw_run
+    problems: list[str] = []
+    out = conform_result(result, problems)
+    assert problems == []
+    assert out["checks"] == result["checks"]
+    for key in ("node", "profile", "level", "simulated", "inventory", "artifacts"):
+        assert out[key] == result[key], key
+
+
+# Values a broken or hostile node could put anywhere (the fuzzing that found the crashes).
+_ODD = [None, True, 0, -1, 1e308, "", "x" * 5000, "<script>\x1b[31m\x00", [], {}, [1, 2],
+        {"a": {"b": None}}, "NaN", 3.5, "../../etc/passwd"]
+
+
+def _places(o, at=()):
+    yield at
+    if isinstance(o, dict):
+        for k, v in o.items():
+            yield from _places(v, (*at, k))
+    elif isinstance(o, list):
+        for i, v in enumerate(o[:6]):
+            yield from _places(v, (*at, i))
+
+
+def test_random_damage_never_stops_the_rack_and_never_moves_the_healthy_node(
+        tmp_path, hw_run):  # noqa: F811
+    import random
+
+    result, site = hw_run
+    places = [p for p in _places(result) if p]
+    rng = random.Random(11)
+    healthy = judge_run(_run(tmp_path / "ref", {"gpu01": result, "gpu02": result},
+                             site))["gpu02"]["outcome"]
+    for i in range(12):
+        bad = copy.deepcopy(result)
+        for _ in range(rng.randint(1, 3)):
+            *parent, last = rng.choice(places)
+            node = bad
+            try:
+                for k in parent:
+                    node = node[k]
+                node[last] = copy.deepcopy(rng.choice(_ODD))
+            except (KeyError, IndexError, TypeError):
+                pass  # an earlier change already replaced a parent
+        run = _run(tmp_path / f"r{i}", {"gpu01": bad, "gpu02": result}, site)
+        j = judge_run(run)  # never raises
+        assert j["gpu02"]["outcome"] == healthy
+        build_reports(run.path, {"json", "html", "junit"})  # never raises
+        assert (run.report_dir / "node-gpu01.json").is_file()
