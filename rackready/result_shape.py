@@ -68,6 +68,17 @@ def _text(v: Any, where: str, p: _Problems, default: str | None = None) -> str |
     return default
 
 
+def _object(data: dict[str, Any], key: str, p: _Problems) -> dict[str, Any]:
+    """data[key] when it is an object; {} when absent or (said as a problem) not one."""
+    v = data.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        p.add(key, f"is {_kind(v)}, not an object")
+        return {}
+    return v
+
+
 def _labels(v: Any, where: str, p: _Problems) -> dict[str, str]:
     if v is None:
         return {}
@@ -155,32 +166,17 @@ def conform_result(data: dict[str, Any], problems: list[str]) -> dict[str, Any]:
         p.add("only", "is not a list of check names")
         only = None
     out["only"] = only
-    scope = data.get("scope")
-    if scope is not None and not isinstance(scope, dict):
-        p.add("scope", f"is {_kind(scope)}, not an object")
-        scope = None
-    out["scope"] = scope or {}
-    tools = data.get("tool_versions")
-    if tools is not None and not isinstance(tools, dict):
-        p.add("tool_versions", f"is {_kind(tools)}, not an object")
-        tools = {}
+    out["scope"] = _object(data, "scope", p)
     out["tool_versions"] = {}
-    for k, v in (tools or {}).items():
+    for k, v in _object(data, "tool_versions", p).items():
         if is_scalar(v):
             out["tool_versions"][k] = v
         else:
             p.add(f"tool_versions.{_name(k)}", f"is {_kind(v)}, not a version")
-    inv = data.get("inventory")
-    if inv is not None and not isinstance(inv, dict):
-        p.add("inventory", f"is {_kind(inv)}, not an object")
-        inv = None
-    out["inventory"] = inv or {}
-    arts = data.get("artifacts")
-    if arts is not None and not isinstance(arts, dict):
-        p.add("artifacts", f"is {_kind(arts)}, not an object")
-        arts = None
+    out["inventory"] = _object(data, "inventory", p)
     out["artifacts"] = {}
-    for rel, digest in (arts or {}).items():
+    arts = _object(data, "artifacts", p)
+    for rel, digest in arts.items():
         if isinstance(digest, str) and _SHA256.match(digest):
             out["artifacts"][rel] = digest
         else:
