@@ -103,7 +103,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 # torchtitan v0.2.2's SDPA order (models/attention.py): cuDNN's fused attention first, then
-# flash, then math (the only one on CPU); torch's own default puts flash before cuDNN
+# flash, then math (the only one on CPU). torch 2.11 already picks cuDNN on H200, where flash
+# is 1.8x slower (bench/sdpa_backends.py); the order keeps it so under any torch default
 SDPA_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 
