@@ -13,12 +13,16 @@ memory the variant held at its peak above its inputs.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+
+from validation.workloads.common import Dist, median_time  # noqa: E402
 
 ORDERS = {
     "torch default": None,
@@ -42,22 +46,6 @@ def step(q, k, v, gqa: bool, order) -> None:
         with sdpa_kernel(order, set_priority=True):
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True, **kw)
     o.backward(torch.ones_like(o))
-
-
-def time_ms(fn, warmup: int, iters: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / iters)
-    return statistics.median(out)
 
 
 def main() -> int:
@@ -100,7 +88,8 @@ def main() -> int:
             torch.cuda.synchronize()
             base = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-            ms = time_ms(fn, a.warmup, a.iters, a.repeats)
+            ms = 1e3 * median_time(Dist(0, 1, 0, dev), fn, warmup=a.warmup, iters=a.iters,
+                                   repeats=a.repeats)
             extra = (torch.cuda.max_memory_allocated() - base) / 2**30
             print(f"| {'read in place' if gqa else 'expanded'} | {name} | {ms:.3f} | "
                   f"{flops / ms / 1e9:.0f} | {extra:.2f} |")

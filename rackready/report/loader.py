@@ -144,9 +144,7 @@ def result_from_events(events: list[dict[str, Any]], fallback_name: str,
             "message": "the node stopped before this check finished; measurements so far",
             "needs": partial["needs"],
         })
-    if problems is None:
-        problems = []
-    return conform_result(res, problems)
+    return conform_result(res, problems if problems is not None else [])
 
 
 def hash_artifacts(node_dir: Path) -> dict[str, str]:

@@ -6,11 +6,10 @@ Per op, size and mode (out of place, in place: nccl-tests' two columns): one
 call on known inputs checked exactly (small integers that bf16 holds exactly),
 then nccl-tests' timing (warm-up, a loop of calls queued back to back and
 waited for once, timed as a whole, the mean over ranks; median of repeats),
-optionally as a replayed CUDA
-graph (--graph). busbw uses nccl-tests' factors. Buffers come from NCCL's own
-allocator (ncclMemAlloc) where torch offers it, as nccl-tests allocates them
-(--alloc). Then every ordered GPU pair sends to each other alone, to find one
-weak link.
+optionally as a replayed CUDA graph (--graph). busbw uses nccl-tests' factors.
+Buffers come from NCCL's own allocator (ncclMemAlloc) where torch offers it, as
+nccl-tests allocates them (--alloc). Then every ordered GPU pair sends to each
+other alone, to find one weak link.
 """
 
 from __future__ import annotations
@@ -175,9 +174,10 @@ class Coll:
 
     def queue(self, n: int) -> None:
         """n calls back to back, then one wait for all: nccl-tests' loop (one stream, no
-        wait between calls). A wait after each call would put a cross-stream round trip
-        (NCCL's end event, the current stream's wait and its next event) between two
-        kernels, a few microseconds that are torch's, not the fabric's."""
+        wait between calls). A wait after each call puts a cross-stream round trip (NCCL's
+        end event, the current stream's wait and its next event) between two kernels;
+        how much that costs on two GPUs is what bench/profile_collective.py measures (not
+        yet run there)."""
         works = [w for _ in range(n) for w in self.launch()]
         for w in works:
             w.wait()
