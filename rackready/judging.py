@@ -234,6 +234,9 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
         "golden_loss": _golden_loss(results, ctx.profile),
         "problems": problems,
         "bmc": _bmc_record(bmc, oob_check),
+        "limits": {"provisional_limits": "strict" if ctx.profile is not None
+                   and ctx.profile.provisional_strict else "gross",
+                   "calibration": ctx.profile.calibration if ctx.profile is not None else ""},
     }
     _decide(judgement)
     return judgement, results, ctx.profile
@@ -308,12 +311,14 @@ def _curve_key(results: list[CheckResult]) -> tuple[str, ...] | None:
                                                "batch", "lr", "warmup", "max_norm"))
 
 
-def rack_curve_tolerance(profile: Profile) -> float | None:
-    """The profile's limit for the rack comparison, else its golden-curve limit."""
+def rack_curve_threshold(profile: Profile) -> dict[str, Any] | None:
+    """The profile's limit for the rack comparison, else its golden-curve limit, as the
+    threshold a verdict carries: the rack metric, with the limit's unit and provenance."""
     for metric in (RACK_CURVE_METRIC, "fsdp.loss_deviation"):
         for t in profile.thresholds_for(metric):
             if t.op in ("<=", "<") and not t.labels:
-                return float(t.value)
+                return {**t.to_dict(), "metric": RACK_CURVE_METRIC, "op": "<=",
+                        "value": float(t.value), "outlier_k": None}
     return None
 
 
@@ -324,7 +329,7 @@ def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
     Nodes of one profile that ran the reference job with the same config and seed
     must give the same curve within the tolerance; a node that does not is named.
     Two nodes cannot outvote each other: a disagreement between two names both."""
-    tol = rack_curve_tolerance(profile)
+    limit = rack_curve_threshold(profile)
     by_key: dict[tuple[str, ...], dict[str, dict[int, float]]] = defaultdict(dict)
     for name, results in group.items():
         key = _curve_key(results)
@@ -332,8 +337,9 @@ def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
         if key is not None and curve:
             by_key[key][name] = curve
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    if tol is None:
+    if limit is None:
         return out
+    tol = limit["value"]
     for key, curves in by_key.items():
         for name, cmp in compare_rack(curves, tol).items():
             ok = cmp.within(tol)
@@ -347,7 +353,7 @@ def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
                 "value": cmp.deviation if not cmp.missing else "missing", "unit": "",
                 "labels": {"shape": key[0], "world": key[1], "seed": key[5],
                            **({"step": str(cmp.worst_step)} if cmp.worst_step else {})},
-                "threshold": {"op": "<=", "value": tol}, "spread": None, "scope": "fleet",
+                "threshold": limit, "spread": None, "scope": "fleet",
                 "component": "node",
                 "message": (f"reference-job loss curve of {name} "
                             f"{'agrees with' if ok else 'deviates from'} the rack "
@@ -392,11 +398,37 @@ def _decide(j: dict[str, Any]) -> None:
         outcome, reason = "INCOMPLETE", "the result carries no measurements to judge"
     else:
         outcome, reason = "PASS", ""
+    j["limits"] = _limits_record(j)
+    below = [v for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", [])
+             if v["outcome"] == "below_expected"]
+    if below and outcome in ("PASS", "PARTIAL"):
+        first = below[0]
+        reason = "; ".join(filter(None, [reason, (
+            f"{len(below)} verdict(s) below expected on provisional limits, none a gross "
+            f"fault; first: {first['metric']} on {first.get('component') or 'node'}")]))
     claimed = j["node_claimed_outcome"]
     j["problems"] = [p for p in j["problems"] if not p.startswith("the node claimed ")]
     if claimed and claimed != outcome and j["complete"]:
         j["problems"].append(f"the node claimed {claimed}; the controller judged {outcome}")
     j["outcome"], j["outcome_reason"] = outcome, reason
+
+
+def _limits_record(j: dict[str, Any]) -> dict[str, Any]:
+    """How many of the node's judged verdicts rest on each tier of limit, how many read
+    below expected, and the site's choices: carried into every report as decided here."""
+    previous = j.get("limits") or {}
+    tiers = {"spec": 0, "measured": 0, "provisional": 0, "calibrated": 0}
+    below = 0
+    for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", []):
+        t = v.get("threshold")
+        if v["outcome"] not in ("pass", "fail", "below_expected") or not isinstance(t, dict):
+            continue
+        tier = str(t.get("tier") or "spec")
+        tiers[tier if tier in tiers else "spec"] += 1
+        below += v["outcome"] == "below_expected"
+    return {"judged": sum(tiers.values()), **tiers, "below_expected": below,
+            "provisional_limits": previous.get("provisional_limits", "gross"),
+            "calibration": previous.get("calibration", "")}
 
 
 def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:

@@ -245,6 +245,27 @@ def compare(op: str, value: Value, limit: Any) -> bool:
     return float(value) >= float(limit) if op == ">=" else float(value) <= float(limit)
 
 
+def limit_outcome(t: Threshold, value: Value, strict: bool = False) -> str:
+    """pass, fail, or below_expected: a provisional limit missed short of its gross-fault
+    line (a site that accepts only against the provisional floors sets strict)."""
+    if compare(t.op, value, t.value):
+        return "pass"
+    if t.tier == "provisional" and t.gross is not None and not strict \
+            and compare(t.op, value, t.gross):
+        return "below_expected"
+    return "fail"
+
+
+def _tier_words(t: Threshold, outcome: str, unit: str) -> str:
+    if t.tier != "provisional":
+        return f", {t.tier}" if t.tier != "spec" else ""
+    if outcome == "below_expected":
+        return (f", provisional: below expected, not a gross fault (that is "
+                f"{t.op} {t.gross:g}{unit})")
+    return f", provisional; gross fault past {t.gross:g}{unit}" if t.gross is not None \
+        else ", provisional"
+
+
 def _applies(t: Threshold, labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in (t.labels or {}).items())
 
@@ -331,17 +352,18 @@ def judge(results: list[CheckResult], profile: Any) -> list[Verdict]:
                             "threshold for it", remediation="add a threshold with provenance "
                                                         "to the profile"))
             continue
+        strict = bool(getattr(profile, "provisional_strict", False))
         for i, t in apply:
             matched.add(i)
-            ok = compare(t.op, value, t.value)
+            outcome = limit_outcome(t, value, strict)
             unit = f" {metric.unit}" if metric.unit else ""
             if value is None:
                 msg = f"{name} could not be read on {component(labels)}"
             else:
                 msg = (f"{name} = {_fmt(value)}{unit} on {component(labels)} "
-                       f"(limit {t.op} {t.value}{unit})")
-            verdicts.append(Verdict(check, name, "pass" if ok else "fail", value, metric.unit,
-                                    labels, t, msg, "" if ok else remediation(name, labels),
+                       f"(limit {t.op} {t.value}{unit}{_tier_words(t, outcome, unit)})")
+            verdicts.append(Verdict(check, name, outcome, value, metric.unit, labels, t, msg,
+                                    "" if outcome == "pass" else remediation(name, labels),
                                     spread))
     verdicts += _outlier_verdicts(reduced, thresholds)
     measured = {name for name, _ in reduced}

@@ -19,7 +19,19 @@ CheckStatus = Literal["ok", "skipped", "error", "timeout"]
 
 # What the judge decided. not_applicable: the profile does not ask for the
 # hardware the check needs (stated in the report, never counted as a pass).
-Outcome = Literal["pass", "fail", "not_applicable"]
+# below_expected: short of a provisional limit but above its gross-fault line: shown
+# in every report, never a silent pass; a site's provisional_limits: strict fails it.
+Outcome = Literal["pass", "fail", "below_expected", "not_applicable"]
+
+# Where a limit comes from (docs/design.md, "Threshold tiers"):
+#   spec         the order, a vendor specification or a health/correctness rule: any miss
+#                is a fault (GPU count, ECC errors, versions, exact results)
+#   measured     a performance floor from named healthy machines (where, when, how many)
+#   provisional  a performance floor not yet measured on enough machines: a miss fails
+#                only past its gross-fault line (`gross`), else reads below_expected
+#   calibrated   a site's own floor from its known-good nodes (invoke calibrate)
+Tier = Literal["spec", "measured", "provisional", "calibrated"]
+TIERS: tuple[str, ...] = ("spec", "measured", "provisional", "calibrated")
 
 # A node's overall verdict. incomplete: the run did not finish (node dropped,
 # crashed), so whatever was measured can never add up to PASS.
@@ -98,6 +110,10 @@ class Threshold:
     # applies only to measurements carrying these labels (e.g. one NVLink pair);
     # None applies to every measurement of the metric
     labels: dict[str, str] | None = None
+    tier: Tier = "spec"
+    # provisional >=/<= limits only: past this line a miss is a gross fault (FAIL); between
+    # it and `value` the verdict is below_expected. None: any miss fails.
+    gross: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,6 +128,8 @@ class Threshold:
             provenance=d.get("provenance", ""),
             outlier_k=d.get("outlier_k"),
             labels=dict(d["labels"]) if d.get("labels") else None,
+            tier=d.get("tier") or "spec",
+            gross=d.get("gross"),
         )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from validation import metrics
-from validation.model import Threshold
+from validation.model import TIERS, Threshold
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 OPS = (">=", "<=", "==", "!=", "in", "~", "ver>=")  # "~": string matches a regular expression
@@ -52,6 +52,11 @@ class Profile:
     # NCCL NVLink SHARP (NVLS): on for NVSwitch platforms, the path customers train on;
     # a site's nccl_nvls_enable overrides it (hosts whose operators forbid multicast)
     nvls: bool = False
+    # the site's provisional_limits: "strict" fails a below_expected verdict (acceptance
+    # against the provisional floors themselves); the default fails only gross faults
+    provisional_strict: bool = False
+    # where the calibrated limits came from (the site's overlay), "" when none applied
+    calibration: str = ""
 
     def thresholds_for(self, metric: str) -> list[Threshold]:
         return [t for t in self.thresholds if t.metric == metric]
@@ -78,7 +83,8 @@ def check_threshold(raw: dict[str, Any], where: str) -> Threshold:
     for key in ("metric", "op", "value", "unit", "provenance"):
         if key not in raw:
             raise _err(where, f"threshold {raw.get('metric', '?')} has no {key}")
-    extra = set(raw) - {"metric", "op", "value", "unit", "provenance", "outlier_k", "labels"}
+    extra = set(raw) - {"metric", "op", "value", "unit", "provenance", "outlier_k", "labels",
+                        "tier", "gross"}
     if extra:
         raise _err(where, f"threshold {raw['metric']} has unknown keys {sorted(extra)}")
     name = raw["metric"]
@@ -98,9 +104,39 @@ def check_threshold(raw: dict[str, Any], where: str) -> Threshold:
     if raw["op"] in (">=", "<=") and not isinstance(raw["value"], (int, float)):
         raise _err(where, f"{name}: {raw['op']} needs a number, got {raw['value']!r}")
     labels = raw.get("labels")
+    tier = _tier(raw, where)
     return Threshold(metric=name, op=raw["op"], value=raw["value"], unit=str(raw["unit"]),
                      provenance=str(raw["provenance"]), outlier_k=k,
-                     labels={str(a): str(b) for a, b in labels.items()} if labels else None)
+                     labels={str(a): str(b) for a, b in labels.items()} if labels else None,
+                     tier=tier, gross=_gross(raw, tier, where))
+
+
+def _tier(raw: dict[str, Any], where: str) -> str:
+    """The threshold's tier: as stated, else 'provisional' when its provenance says so
+    (its first word), else 'spec'. A stated tier never contradicts the provenance."""
+    said_provisional = str(raw["provenance"]).lstrip().startswith("PROVISIONAL")
+    tier = raw.get("tier", "provisional" if said_provisional else "spec")
+    if tier not in TIERS:
+        raise _err(where, f"{raw['metric']}: tier {tier!r} not one of {' '.join(TIERS)}")
+    if said_provisional != (tier == "provisional"):
+        raise _err(where, f"{raw['metric']}: tier {tier} but the provenance "
+                          f"{'says' if said_provisional else 'does not say'} PROVISIONAL")
+    return str(tier)
+
+
+def _gross(raw: dict[str, Any], tier: str, where: str) -> float | None:
+    """The gross-fault line of a provisional >=/<= limit: on the far side of the limit."""
+    gross = raw.get("gross")
+    if gross is None:
+        return None
+    name, op, value = raw["metric"], raw["op"], raw["value"]
+    if tier != "provisional" or op not in (">=", "<="):
+        raise _err(where, f"{name}: gross belongs to a provisional >= or <= limit only")
+    if not isinstance(gross, (int, float)) or isinstance(gross, bool):
+        raise _err(where, f"{name}: gross must be a number, got {gross!r}")
+    if (op == ">=" and gross > value) or (op == "<=" and gross < value):
+        raise _err(where, f"{name}: gross {gross} is stricter than the limit {op} {value}")
+    return float(gross)
 
 
 def _t(metric: str, op: str, value: Any, prov: str, labels: dict[str, str] | None = None
@@ -293,10 +329,49 @@ def with_site(profile: Profile, site: dict[str, Any]) -> Profile:
     fabric = site.get("fabric", profile.fabric)
     if fabric not in ("ib", "roce"):
         raise ProfileError(f"site fabric must be ib or roce, not {fabric!r}")
+    strictness = site.get("provisional_limits", "gross")
+    if strictness not in ("gross", "strict"):
+        raise ProfileError(f"site provisional_limits must be gross or strict, not {strictness!r}")
     merged = {_key(t): t for t in profile.thresholds}
+    calibration = ""
+    if site.get("calibration"):
+        calibrated, calibration = calibration_thresholds(site["calibration"], profile)
+        merged.update((_key(t), t) for t in calibrated)
     for t in site_thresholds(site, profile):
         merged[_key(t)] = t  # the provisioned value wins over a profile's bench-run default
-    return replace(profile, fabric=fabric, thresholds=tuple(merged.values()))
+    return replace(profile, fabric=fabric, thresholds=tuple(merged.values()),
+                   provisional_strict=strictness == "strict", calibration=calibration)
+
+
+def calibration_thresholds(overlay: Any, profile: Profile) -> tuple[list[Threshold], str]:
+    """A site's calibrated limits (invoke calibrate writes them) for this profile.
+
+    Each replaces the profile's limit of the same metric and labels, never looser than
+    that limit's gross-fault line (a calibration cannot absorb a gross fault); the overlay
+    must be for this very profile. Returns the limits and where they came from."""
+    where = "calibration overlay"
+    if not isinstance(overlay, dict) or not isinstance(overlay.get("thresholds"), list):
+        raise ProfileError(f"{where}: must be a mapping with a thresholds list")
+    if overlay.get("profile") != profile.name.removesuffix("-lab") and \
+            overlay.get("profile") != profile.name:
+        raise ProfileError(f"{where}: is for profile {overlay.get('profile')!r}, "
+                           f"not {profile.name!r}")
+    base = {_key(t): t for t in profile.thresholds}
+    out = []
+    for raw in overlay["thresholds"]:
+        t = check_threshold({**raw, "tier": "calibrated"} if isinstance(raw, dict) else raw,
+                            where)
+        floor = base.get(_key(t))
+        if floor is None:
+            raise ProfileError(f"{where}: {t.metric} {t.labels or ''} has no limit in "
+                               f"{profile.name} to calibrate")
+        line = floor.gross if floor.gross is not None else floor.value
+        if t.op != floor.op or not isinstance(line, (int, float)) or (
+                t.op == ">=" and t.value < line) or (t.op == "<=" and t.value > line):
+            raise ProfileError(f"{where}: {t.metric} {t.op} {t.value} is looser than the "
+                               f"profile's gross-fault line {floor.op} {line}")
+        out.append(t)
+    return out, str(overlay.get("source") or where)
 
 
 def _key(t: Threshold) -> tuple[str, tuple[tuple[str, str], ...]]:

@@ -82,7 +82,8 @@ def _measurements(result: dict[str, Any], thresholds: list[dict[str, Any]]
                 # look the limit up elsewhere.
                 "threshold": None if t is None else {
                     "op": t["op"], "value": t["value"], "unit": t.get("unit", ""),
-                    "provenance": t.get("provenance", "")},
+                    "provenance": t.get("provenance", ""), "tier": t.get("tier") or "spec",
+                    "gross": t.get("gross")},
             })
     return out
 
@@ -167,6 +168,7 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "bundle_sha256": r.get("bundle_sha256"),
         "outcome": j["outcome"],
         "outcome_reason": j.get("outcome_reason", ""),
+        "limits": limits_of(j),
         "scope": j["scope"],
         "judge": {"by": "controller", "profile": j.get("profile"),
                   "profile_sha256": j.get("profile_sha256"), "judged": j.get("judged")},
@@ -185,6 +187,19 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "signoff": empty_signoff(),
     }
     return seal(doc)
+
+
+LIMIT_KEYS = ("judged", "spec", "measured", "provisional", "calibrated", "below_expected")
+
+
+def limits_of(j: dict[str, Any]) -> dict[str, Any]:
+    """The judgement's count of verdicts by the tier of their limit (rackready.judging)."""
+    raw = j.get("limits") if isinstance(j.get("limits"), dict) else {}
+    out: dict[str, Any] = {k: int(raw.get(k) or 0) for k in LIMIT_KEYS}
+    out["provisional_limits"] = "strict" if raw.get("provisional_limits") == "strict" \
+        else "gross"
+    out["calibration"] = str(raw.get("calibration") or "")
+    return out
 
 
 def _failure_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -226,7 +241,7 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
             "outcome_reason": d["outcome_reason"], "partial": d["scope"]["partial"],
             "profile": d["profile"], "level": d["level"], "report": f"node-{d['node']}.json",
             "report_sha256": d["sha256"], "failures": _failure_rows(d),
-            "problems": d["problems"],
+            "problems": d["problems"], "limits": d["limits"],
         } for d in node_docs],
         "fleet": {**node_docs[0]["fleet"], "per_gpu": per_gpu_values(data.nodes)},
         "rack_checks": report_groups(rack_step),

@@ -83,11 +83,13 @@ def render_node_html(doc: dict[str, Any]) -> str:
     refs = views.References()
     # Number references in reading order: page 1 first, then the appendix.
     failures = views.failures(doc, refs)
+    below = views.failures(doc, refs, "below_expected")
     key = views.key_figures(doc, refs)
     appendix = views.appendix(doc, refs)
     return _env().get_template("node.html.j2").render(
         doc=doc, banners=views.banners(doc), reason=views.outcome_reason(doc),
-        identity=views.identity(doc), failures=failures, key_figures=key,
+        identity=views.identity(doc), failures=failures, key_figures=key, below=below,
+        limits=naming.limits_line(doc.get("limits")),
         figures=_figures(views.node_figures(doc)), appendix=appendix,
         references=refs.items(), unjudged=views.unjudged(doc),
         series_counts=views.series_counts(doc), inventory=inventory_view(doc["inventory"]),

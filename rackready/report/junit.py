@@ -1,6 +1,8 @@
 """JUnit XML for CI systems: one testsuite per node, one testcase per verdict.
 
 fail -> <failure> (message and remediation); not_applicable -> <skipped> (reason);
+below_expected -> a passing testcase whose <system-out> starts "BELOW EXPECTED" (a
+provisional limit missed short of its gross-fault line; the suite's properties count them);
 an incomplete node gets an <error> testcase and a partial (narrowed) run a
 <failure> testcase "acceptance", so CI can never read either as green. Text that
 came from a node is stripped of control characters (invalid in XML 1.0).
@@ -25,6 +27,8 @@ def node_suite(doc: dict[str, Any]) -> ET.Element:
     props = ET.SubElement(suite, "properties")
     for k in ("run_id", "profile", "level", "outcome", "simulated", "sha256"):
         ET.SubElement(props, "property", name=k, value=str(doc.get(k)))
+    for k, v in (doc.get("limits") or {}).items():  # what the verdicts rest on
+        ET.SubElement(props, "property", name=f"limits_{k}", value=str(v))
     for k in ("name", "date", "algorithm", "key_fingerprint"):  # docs/signing.md
         ET.SubElement(props, "property", name=f"signoff_{k}",
                       value=str(doc["signoff"].get(k) or ""))
@@ -44,6 +48,13 @@ def node_suite(doc: dict[str, Any]) -> ET.Element:
                 + (f" ({v['threshold']['provenance']})" if v["threshold"] else ""),
                 f"remediation: {v['remediation'] or 'none recorded'}",
             ]))
+        elif v["outcome"] == "below_expected":
+            out = ET.SubElement(case, "system-out")
+            out.text = "\n".join([
+                f"BELOW EXPECTED: {v['message']}",
+                f"expected: {naming.threshold_text(v['threshold'])}"
+                + (f" ({v['threshold']['provenance']})" if v["threshold"] else ""),
+                f"to look at: {v['remediation'] or 'none recorded'}"])
         elif v["outcome"] == "not_applicable":
             skipped += 1
             ET.SubElement(case, "skipped", message=v["message"] or "not applicable")

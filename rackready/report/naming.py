@@ -56,7 +56,36 @@ def threshold_text(t: dict[str, Any] | None) -> str:
         return "no threshold"
     op = {">=": "≥", "<=": "≤", "!=": "≠"}.get(t["op"], t["op"])
     unit = f" {t['unit']}" if t.get("unit") else ""
-    return f"{op} {value_text(t['value'])}{unit}"
+    return f"{op} {value_text(t['value'])}{unit}{tier_mark(t)}"
+
+
+def tier_mark(t: dict[str, Any] | None) -> str:
+    """The limit's tier as every format shows it: nothing for a spec or health rule."""
+    tier = (t or {}).get("tier") or "spec"
+    if tier == "spec":
+        return ""
+    gross = (t or {}).get("gross")
+    if tier == "provisional" and gross is not None:
+        unit = f" {t['unit']}" if t and t.get("unit") else ""
+        return f" [provisional; gross fault past {value_text(gross)}{unit}]"
+    return f" [{tier}]"
+
+
+def limits_line(limits: dict[str, Any] | None) -> str:
+    """One line: how many verdicts rest on provisional limits, below expected, calibration."""
+    lim = limits or {}
+    judged = int(lim.get("judged") or 0)
+    parts = [f"{lim.get('provisional', 0)} of {judged} judged verdicts rest on provisional "
+             f"limits, {lim.get('below_expected', 0)} below expected"]
+    if lim.get("calibrated"):
+        parts.append(f"{lim['calibrated']} on calibrated limits "
+                     f"({lim.get('calibration') or 'site calibration'})")
+    if lim.get("measured"):
+        parts.append(f"{lim['measured']} on measured limits")
+    parts.append("provisional misses fail the node (site: strict)"
+                 if lim.get("provisional_limits") == "strict"
+                 else "provisional limits fail only gross faults")
+    return "; ".join(parts)
 
 
 def value_text(v: Any, unit: str = "") -> str:

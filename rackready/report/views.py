@@ -251,11 +251,13 @@ class References:
 
 # ---------------------------------------------------------------- failures and key figures
 
-def failures(doc: dict[str, Any], refs: References) -> list[dict[str, Any]]:
+def failures(doc: dict[str, Any], refs: References,
+             outcome: str = "fail") -> list[dict[str, Any]]:
+    """The verdicts of one outcome (fail, or below_expected) as the report lists them."""
     inv = doc.get("inventory") or {}
     out = []
     for v in doc.get("verdicts", []):
-        if v.get("outcome") != "fail":
+        if v.get("outcome") != outcome:
             continue
         out.append({
             "check": v["check"], "metric": v["metric"], "name": naming.metric_name(v["metric"]),
@@ -284,7 +286,8 @@ def key_figures(doc: dict[str, Any], refs: References) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = {}
     order: list[tuple[str, str]] = []
     for v in doc.get("verdicts", []):
-        if v.get("outcome") not in ("pass", "fail") or not _is_key(v["metric"]):
+        if v.get("outcome") not in ("pass", "fail", "below_expected") or \
+                not _is_key(v["metric"]):
             continue
         m = naming.margin(v.get("value"), v.get("threshold"))
         if m is None:
@@ -794,6 +797,7 @@ def rack_rows(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> list[dic
                          for f in e.get("failures") or []],
             "problems": [naming.clean(p) for p in e.get("problems") or []],
             "hostname": (d or {}).get("hostname"),
+            "limits": naming.limits_line(e.get("limits")) if e.get("limits") else "",
         })
     rows.sort(key=lambda r: (order.get(r["outcome"], 1), r["node"]))
     return rows

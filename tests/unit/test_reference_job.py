@@ -234,3 +234,16 @@ def test_controller_rack_verdicts_name_the_node():
     assert "gpu02" in fails["gpu02"]["message"] and "step 6" in fails["gpu02"]["message"]
     assert fails["gpu02"]["threshold"]["value"] == 0.05  # the profile's golden tolerance
     assert "gpu09" not in out
+    # each verdict meets the report schema's verdict: a bare limit once refused every
+    # report of a run with two nodes of one profile
+    from jsonschema import Draft202012Validator
+
+    from rackready.report.schema import load_schema
+
+    schema = {k: x for k, x in load_schema().items() if k != "oneOf"}
+    verdict = Draft202012Validator({**schema, "$ref": "#/$defs/verdict"})
+    for v in (v for vs in out.values() for v in vs):
+        row = {**v, "labels": {k: str(x) for k, x in v["labels"].items()}}
+        assert not [e.message for e in verdict.iter_errors(row)], row
+        assert v["threshold"]["metric"] == "fsdp.loss_rack_deviation"
+        assert v["threshold"]["provenance"].strip()
