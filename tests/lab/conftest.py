@@ -65,9 +65,11 @@ def provisioned_lab(lab_nodes) -> Lab:
 
 # The lab suite runs in this order: the lab itself, provisioning from fresh nodes
 # (its check-mode test needs a new OS), then everything that uses provisioned
-# nodes, and last the tests that power a node off and tear the lab down.
+# nodes, then the test that grows the lab to three nodes, and last the tests that power
+# a node off and tear the lab down.
 _ORDER = ("test_lab.py", "test_provision_roles.py")
-_LAST = ("test_zy_node_drop.py", "test_zz_lab_down.py")
+# The three-node rack grows the lab, so it comes after every two-node test.
+_LAST = ("test_three_node_rack.py", "test_zy_node_drop.py", "test_zz_lab_down.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
