@@ -172,6 +172,46 @@ def test_nvlink_status_in_mig_mode_is_unknown():
     assert nvidia_smi.parse_nvlink_errors("NVLink is not supported\n") == {}
 
 
+@pytest.mark.parametrize("message", [
+    "NVML: Unable to retrieve NVLink information as all links are inActive",  # gpud#1085
+    "NVML:Unable to retrieve Nvlink information as all links are inActive",  # ogkm#1150
+    "\t NVML: Unable to retrieve NVLink information as all links are inactive",
+])
+def test_nvlink_status_all_links_inactive_is_zero_up_not_unknown(message):
+    """NVML's message under a GPU line when all its links are down (leptonai/gpud issue
+    1085, NVIDIA/open-gpu-kernel-modules issue 1150) is a state: 0 links up. The sample
+    is the capture with GPU 1's link lines replaced (test_checks_gpu.all_inactive)."""
+    from test_checks_gpu import all_inactive
+
+    st = nvidia_smi.read_nvlink_status(all_inactive(1, message))
+    assert st.links[1] == {} and st.all_inactive == frozenset({1})
+    assert len(st.links[0]) == 18 and not st.unknown and st.note is None
+
+
+@pytest.mark.parametrize("line", [
+    "\tNVLink is not supported for Devices in MIG mode.",
+    # canonical/checkbox pull 2727: a GPU without NVLink says so under its line
+    "Device does not have or support Nvlink",
+    "\tSome message of a driver we have not seen",
+])
+def test_nvlink_status_other_messages_stay_unknown(line):
+    """Not "all links inactive": MIG mode, no NVLink, or a wording we do not know make
+    that GPU unknown (the check errors), never 0 up and never silently dropped."""
+    text = ("GPU 0: NVIDIA H200 (UUID: GPU-a)\n" + line + "\n"
+            "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: 26.562 GB/s\n")
+    st = nvidia_smi.read_nvlink_status(text)
+    assert 0 not in st.links
+    assert st.unknown[0] == line.strip() and st.links == {1: {0: 26.562}}
+    assert not st.all_inactive
+
+
+def test_nvlink_status_gpu_line_without_anything_under_it_is_unknown():
+    st = nvidia_smi.read_nvlink_status("GPU 0: NVIDIA H200 (UUID: GPU-a)\n"
+                                       "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: <inactive>\n")
+    assert st.unknown == {0: "no link line under the GPU line"}
+    assert st.links == {1: {0: None}}
+
+
 # --- nccl-tests ----------------------------------------------------------------------
 
 # nccl-tests 2.10/2.11 all_reduce_perf (src/all_reduce.cu print_header, common.cu:

@@ -272,9 +272,15 @@ def nv_links(cell: str) -> int:
 
 
 _GPU_HDR = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]+)\)")
+# NVML's message for a GPU whose every NVLink is down, under that GPU's line (seen as
+# "NVML: Unable to retrieve NVLink information as all links are inActive", also spelled
+# "NVML:Unable to retrieve Nvlink ..." and "inactive"): a state, 0 links up.
+_ALL_INACTIVE = re.compile(r"all links are inactive", re.I)
 # What nvidia-smi prints instead of link lines when it cannot say (MIG mode, a GPU or
 # a driver without NVLink): the state is unknown, never "0 links up".
-_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported", re.I)
+_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported|"
+                          r"does not have or support", re.I)
+_LINK = re.compile(r"\s*Link (\d+): (.*)$")
 
 
 @dataclass(frozen=True)
@@ -283,17 +289,27 @@ class NvlinkStatus:
     unknown: dict[int, str]  # gpu index -> nvidia-smi's words for why it cannot say
     uuids: dict[int, str]  # gpu index -> UUID from the GPU line
     note: str | None = None  # a message for the whole output (no GPU line at all)
+    # GPUs nvidia-smi says have every link inactive (their `links` entry is empty)
+    all_inactive: frozenset[int] = frozenset()
+
+
+def _link_speed(text: str) -> float | None:
+    speed = re.match(r"([\d.]+) GB/s", text.strip())
+    return float(speed.group(1)) if speed else None
 
 
 def read_nvlink_status(text: str) -> NvlinkStatus:
     """Parse `nvidia-smi nvlink -s`, keeping what nvidia-smi could not say apart.
 
     Empty output (no GPU exposes NVLink, a 1-GPU VM slice) has no links and nothing
-    unknown; the check decides what either means.
+    unknown; the check decides what either means. Under a GPU line, anything that is
+    neither a link line nor the all-inactive message (MIG mode, "not supported", a
+    wording we do not know) makes that GPU unknown; so does a GPU with no line at all.
     """
     links: dict[int, dict[int, float | None]] = {}
     unknown: dict[int, str] = {}
     uuids: dict[int, str] = {}
+    inactive: set[int] = set()
     if not text.strip():
         return NvlinkStatus(links, unknown, uuids)
     gpu: int | None = None
@@ -302,26 +318,33 @@ def read_nvlink_status(text: str) -> NvlinkStatus:
             gpu = int(m.group(1))
             links[gpu] = {}
             uuids[gpu] = m.group(3).strip()
-        elif m := re.match(r"\s*Link (\d+): (.*)$", ln):
+        elif m := _LINK.match(ln):
             if gpu is None:
                 raise ParseError("nvlink -s: link line before any GPU line")
-            speed = re.match(r"([\d.]+) GB/s", m.group(2).strip())
-            links[gpu][int(m.group(1))] = float(speed.group(1)) if speed else None
-        elif ln.strip() and _UNSUPPORTED.search(ln):
-            if gpu is None:
+            links[gpu][int(m.group(1))] = _link_speed(m.group(2))
+        elif not ln.strip():
+            continue
+        elif gpu is None:
+            if _UNSUPPORTED.search(ln):
                 return NvlinkStatus({}, {}, {}, ln.strip())
-            unknown[gpu] = ln.strip()
+        elif _ALL_INACTIVE.search(ln):
+            inactive.add(gpu)
+        else:
+            unknown.setdefault(gpu, ln.strip())
     if not links:
         raise ParseError("nvlink -s: no GPU found")
-    for g in unknown:
-        if not links[g]:
-            del links[g]
-    return NvlinkStatus(links, unknown, uuids)
+    for g, found in links.items():
+        if not found and g not in inactive and g not in unknown:
+            unknown[g] = "no link line under the GPU line"
+    for g in unknown:  # a GPU nvidia-smi could not say about has no trustworthy links
+        links.pop(g, None)
+        inactive.discard(g)
+    return NvlinkStatus(links, unknown, uuids, all_inactive=frozenset(inactive))
 
 
 def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
-    """{gpu: {link: GB/s or None when inactive}}; GPUs nvidia-smi cannot say about
-    (MIG mode) are left out, never reported as links down."""
+    """{gpu: {link: GB/s or None when inactive}}; a GPU whose links are all inactive has
+    {} (0 up); GPUs nvidia-smi cannot say about (MIG mode) are left out."""
     return read_nvlink_status(text).links
 
 
