@@ -68,9 +68,9 @@ class GpuInfo:
     persistence_mode: str | None
     mig_mode: str | None
     ecc_mode: str | None
-    ecc_uncorrected_volatile: int | None  # dram + sram
+    ecc_uncorrected_volatile: int | None  # dram + sram; pre-Ampere: double_bit total
     ecc_uncorrected_aggregate: int | None
-    ecc_corrected_volatile: int | None
+    ecc_corrected_volatile: int | None  # dram + sram; pre-Ampere: single_bit total
     retired_pages: int | None  # single + double bit; None where the GPU has row remapping
     retired_pages_pending: bool | None
     remapped_rows_correctable: int | None
@@ -92,6 +92,7 @@ class GpuInfo:
     # board power now: average_power_draw (R550+), power_draw (R530-R545 gpu_power_readings,
     # older power_readings)
     power_draw_w: float | None = None
+    ecc_corrected_aggregate: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,28 @@ def _min(*vals: int | None) -> int | None:
 def _sum(*vals: int | None) -> int | None:
     present = [v for v in vals if v is not None]
     return sum(present) if present else None
+
+
+# Ampere and later: dram_* / sram_* counts under volatile|aggregate
+_ECC_NOW = {True: ("dram_uncorrectable", "sram_uncorrectable_parity",
+                   "sram_uncorrectable_secded", "sram_uncorrectable"),
+            False: ("dram_correctable", "sram_correctable")}
+# before Ampere (nvidia-smi's XML for Volta/Turing and older drivers): single_bit (corrected)
+# and double_bit (uncorrected), each per memory (device_memory, register_file, l1_cache,
+# l2_cache, texture_memory, texture_shm, cbu) plus their total
+_ECC_PARTS = ("device_memory", "register_file", "l1_cache", "l2_cache", "texture_memory",
+              "texture_shm", "cbu")
+
+
+def _ecc(g: ET.Element, scope: str, uncorrected: bool) -> int | None:
+    """ECC error count of one GPU in `scope` (volatile | aggregate), either layout."""
+    now = _sum(*(_int(g.findtext(f"ecc_errors/{scope}/{tag}")) for tag in _ECC_NOW[uncorrected]))
+    if now is not None:
+        return now
+    bits = f"ecc_errors/{scope}/{'double_bit' if uncorrected else 'single_bit'}"
+    total = _int(g.findtext(f"{bits}/total"))
+    return total if total is not None else _sum(
+        *(_int(g.findtext(f"{bits}/{part}")) for part in _ECC_PARTS))
 
 
 def parse_query_xml(text: str) -> SmiReport:
@@ -159,22 +182,10 @@ def parse_query_xml(text: str) -> SmiReport:
             persistence_mode=_na(t("persistence_mode")),
             mig_mode=_na(t("mig_mode/current_mig")),
             ecc_mode=_na(t("ecc_mode/current_ecc")),
-            ecc_uncorrected_volatile=_sum(
-                _int(t("ecc_errors/volatile/dram_uncorrectable")),
-                _int(t("ecc_errors/volatile/sram_uncorrectable_parity")),
-                _int(t("ecc_errors/volatile/sram_uncorrectable_secded")),
-                _int(t("ecc_errors/volatile/sram_uncorrectable")),
-            ),
-            ecc_uncorrected_aggregate=_sum(
-                _int(t("ecc_errors/aggregate/dram_uncorrectable")),
-                _int(t("ecc_errors/aggregate/sram_uncorrectable_parity")),
-                _int(t("ecc_errors/aggregate/sram_uncorrectable_secded")),
-                _int(t("ecc_errors/aggregate/sram_uncorrectable")),
-            ),
-            ecc_corrected_volatile=_sum(
-                _int(t("ecc_errors/volatile/dram_correctable")),
-                _int(t("ecc_errors/volatile/sram_correctable")),
-            ),
+            ecc_uncorrected_volatile=_ecc(g, "volatile", uncorrected=True),
+            ecc_uncorrected_aggregate=_ecc(g, "aggregate", uncorrected=True),
+            ecc_corrected_volatile=_ecc(g, "volatile", uncorrected=False),
+            ecc_corrected_aggregate=_ecc(g, "aggregate", uncorrected=False),
             retired_pages=_sum(
                 _int(t("retired_pages/multiple_single_bit_retirement/retired_count")),
                 _int(t("retired_pages/double_bit_retirement/retired_count")),
