@@ -208,17 +208,74 @@ MIG_NVLINK = [
 ]
 
 
+def run_as_runner(name: str, ctx: Context) -> CheckResult:
+    """The check as the runner runs it: an exception is a status, measurements kept."""
+    from validation.runner import run_check
+
+    ctx.cache.pop("smi", None)
+    return run_check(all_checks()[name], ctx, frozenset(ctx.profile.requires))
+
+
 @pytest.mark.parametrize("text", MIG_NVLINK)
 def test_nvlink_in_mig_mode_is_unknown_never_links_down(tmp_path, text):
+    """Unknown is an error (the judge fails the required check), never a skip and never
+    "0 links up"; no hardware remediation."""
     ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text, "nvidia-smi_nvlink_-e": text})
-    with pytest.raises(CheckSkipped, match="NVLink state unknown"):
-        list(all_checks()["nvlink.links"].fn(ctx))
-    # judged: a required check that could not run, with no hardware remediation
-    skipped = CheckResult("nvlink.links", "skipped", 0.0, (), "NVLink state unknown",
-                          ("gpu", "nvlink"))
-    verdicts = [v for v in judge([skipped], ctx.profile) if v.outcome == "fail"]
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "error" and "NVLink state unknown" in res.message
+    assert not [mm for mm in res.measurements if mm.name == "nvlink.links_up"]
+    verdicts = [v for v in judge([res], ctx.profile) if v.outcome == "fail"]
     assert [v.metric for v in verdicts] == ["check.status"]
+    assert "could not parse its probe" in verdicts[0].message
     assert "RMA" not in verdicts[0].remediation and "reseat" not in verdicts[0].remediation
+
+
+def all_inactive(gpu: int, message: str) -> str:
+    """The capture's `nvlink -s` with GPU `gpu`'s link lines replaced by NVML's one-line
+    message for a GPU whose links are all down (leptonai/gpud issue 1085, NVIDIA
+    open-gpu-kernel-modules issue 1150); the other GPU's lines stay as captured."""
+    lines = (FIX / "nvidia-smi-nvlink-s.txt").read_text().splitlines(keepends=True)
+    out, cur = [], None
+    for ln in lines:
+        if ln.startswith("GPU "):
+            cur = int(ln.split()[1].rstrip(":"))
+            out.append(ln)
+            if cur == gpu:
+                out.append(message + "\n")
+        elif cur != gpu:
+            out.append(ln)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("message", [
+    "NVML: Unable to retrieve NVLink information as all links are inActive",
+    "NVML:Unable to retrieve Nvlink information as all links are inActive",
+    "\t NVML: Unable to retrieve NVLink information as all links are inactive",
+])
+def test_nvlink_all_links_inactive_fails_that_gpu(tmp_path, message):
+    """Before: the message read as "unknown" and the check was skipped. Now GPU 1 has 0
+    links up (the judge fails it against 18), GPU 0's 18 links still count."""
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": all_inactive(1, message)})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "ok", res.message
+    up = {mm.labels["serial"]: mm.value for mm in res.measurements
+          if mm.name == "nvlink.links_up"}
+    assert up == {"1653724027147": 18, SERIAL1: 0}
+    bad = fails(res, ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels["serial"]) for v in bad] == [
+        ("nvlink.links_up", "1", SERIAL1)]
+
+
+def test_nvlink_unknown_gpu_keeps_the_others_and_errors(tmp_path):
+    """One GPU in MIG mode, the other with its links: the other's links are measured,
+    and the check still errors (one GPU's state is unknown), never passes."""
+    text = all_inactive(1, "\tNVLink is not supported for Devices in MIG mode.")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "error" and "GPU 1: NVLink is not supported" in res.message
+    assert [(mm.labels["gpu"], mm.value) for mm in res.measurements
+            if mm.name == "nvlink.links_up"] == [("0", 18)]
+    assert "check.status" in [v.metric for v in fails(res, ctx)]
 
 
 def test_xid_hardware_event_fails_that_gpu(tmp_path):

@@ -264,10 +264,44 @@ def test_mce_and_firmware_first_records():
     for an exception) and "events logged"; APEI GHES (efi/cper.c) severity + DIMM location."""
     ev = host_memory.parse_hw_errors(MCE_LOG)
     assert [(e.source, e.uncorrected, e.cpu, e.bank, e.dimm) for e in ev] == [
-        ("mce", False, "", "", ""), ("mce", False, "3", "7", ""),
+        ("mce", False, "3", "7", ""),
         ("mce", True, "56", "13", ""), ("mce", True, "0", "4", ""),
         ("ghes", False, "", "", "A7"), ("ghes", True, "", "", "PROC 1 DIMM 3")]
     assert host_memory.parse_hw_errors("mce: [Hardware Error]: TSC 0\n") == []
+
+
+# One corrected record as the kernel logs it: mce_notify_irq's notice (with the "mce: "
+# prefix of arch/x86/kernel/cpu/mce/core.c, or bare "[Hardware Error]: " of older kernels),
+# then the record itself (__print_mce), then AMD's decoding of the same record
+# (drivers/edac/mce_amd.c amd_decode_mce) where that decoder is loaded.
+NOTICE_AND_RECORD = """\
+[  333.2] mce: [Hardware Error]: Machine check events logged
+[  333.2] [Hardware Error]: Machine check events logged
+[  333.2] mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank 15: dc2040000000011b
+[  333.2] [Hardware Error]: Corrected error, no action required.
+[  333.2] [Hardware Error]: CPU:0 (19:1:1) MC15_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: 0xdc2040000000011b
+[  334.0] [Hardware Error]: CPU:4 (19:1:1) MC5_STATUS[-|UE|MiscV|AddrV|PCC|-|-|-|-|-|-]: 0xbe00000000800400
+"""
+
+
+def test_mce_notices_are_not_records_and_amd_records_count_once():
+    """Before: each "Machine check events logged" notice counted as a corrected error
+    (two notices + one record = 3). Now only records count: the CPU 0 bank 15 record once
+    (kernel line and AMD's decoding of it), and AMD's own UE record on CPU 4."""
+    ev = host_memory.parse_hw_errors(NOTICE_AND_RECORD)
+    assert [(e.cpu, e.bank, e.uncorrected) for e in ev] == [("0", "15", False), ("4", "5", True)]
+    only_notices = "mce: [Hardware Error]: Machine check events logged\n" * 3
+    assert host_memory.parse_hw_errors(only_notices) == []
+
+
+def test_memory_errors_check_counts_records_not_notices(tmp_path):
+    ctx = make_ctx(tmp_path)
+    ctx.path("/var/log/kern.log").write_text(NOTICE_AND_RECORD)
+    res = run("host.memory_errors", ctx)
+    got = {(mm.name, mm.labels.get("mce_at")): mm.value for mm in res.measurements
+           if mm.name.startswith("host.mce")}
+    assert got == {("host.mce_corrected", None): 1,
+                   ("host.mce_uncorrected", "CPU 4 bank 5"): 1}
 
 
 def test_memory_errors_check_names_the_dimm_slot(tmp_path):

@@ -10,6 +10,9 @@ shape means (unknown, never a hardware fault) is the checks' call, tested here t
 from __future__ import annotations
 
 import json
+import math
+import re
+from pathlib import Path
 
 import pytest
 from test_checks_gpu import FIX, FakeContext, make_ctx
@@ -172,6 +175,46 @@ def test_nvlink_status_in_mig_mode_is_unknown():
     assert nvidia_smi.parse_nvlink_errors("NVLink is not supported\n") == {}
 
 
+@pytest.mark.parametrize("message", [
+    "NVML: Unable to retrieve NVLink information as all links are inActive",  # gpud#1085
+    "NVML:Unable to retrieve Nvlink information as all links are inActive",  # ogkm#1150
+    "\t NVML: Unable to retrieve NVLink information as all links are inactive",
+])
+def test_nvlink_status_all_links_inactive_is_zero_up_not_unknown(message):
+    """NVML's message under a GPU line when all its links are down (leptonai/gpud issue
+    1085, NVIDIA/open-gpu-kernel-modules issue 1150) is a state: 0 links up. The sample
+    is the capture with GPU 1's link lines replaced (test_checks_gpu.all_inactive)."""
+    from test_checks_gpu import all_inactive
+
+    st = nvidia_smi.read_nvlink_status(all_inactive(1, message))
+    assert st.links[1] == {} and st.all_inactive == frozenset({1})
+    assert len(st.links[0]) == 18 and not st.unknown and st.note is None
+
+
+@pytest.mark.parametrize("line", [
+    "\tNVLink is not supported for Devices in MIG mode.",
+    # canonical/checkbox pull 2727: a GPU without NVLink says so under its line
+    "Device does not have or support Nvlink",
+    "\tSome message of a driver we have not seen",
+])
+def test_nvlink_status_other_messages_stay_unknown(line):
+    """Not "all links inactive": MIG mode, no NVLink, or a wording we do not know make
+    that GPU unknown (the check errors), never 0 up and never silently dropped."""
+    text = ("GPU 0: NVIDIA H200 (UUID: GPU-a)\n" + line + "\n"
+            "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: 26.562 GB/s\n")
+    st = nvidia_smi.read_nvlink_status(text)
+    assert 0 not in st.links
+    assert st.unknown[0] == line.strip() and st.links == {1: {0: 26.562}}
+    assert not st.all_inactive
+
+
+def test_nvlink_status_gpu_line_without_anything_under_it_is_unknown():
+    st = nvidia_smi.read_nvlink_status("GPU 0: NVIDIA H200 (UUID: GPU-a)\n"
+                                       "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: <inactive>\n")
+    assert st.unknown == {0: "no link line under the GPU line"}
+    assert st.links == {1: {0: None}}
+
+
 # --- nccl-tests ----------------------------------------------------------------------
 
 # nccl-tests 2.10/2.11 all_reduce_perf (src/all_reduce.cu print_header, common.cu:
@@ -234,6 +277,96 @@ def test_nccl_tests_unknown_shape_is_unparsed(text):
         nccl_tests.parse(text, "all_reduce")
 
 
+FIELD = Path(__file__).resolve().parents[1] / "fixtures" / "field" / "nccl-tests"
+
+
+def capture_variant(op: str = "all_gather", header=None, row=None) -> str:
+    """The real 2.19.6 capture with its column header and/or rows rewritten by the
+    given functions: how 2.13-2.19 options and point releases print the same run."""
+    out = []
+    for ln in (FIX / f"nccl-tests-{op}.txt").read_text().splitlines():
+        if ln.startswith("#") and ln.split()[1:3] == ["size", "count"] and header:
+            ln = header(ln)
+        elif ln[:1] == " " and ln.split()[0].isdigit() and row:
+            ln = row(ln)
+        out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def test_nccl_tests_1_0_layouts_from_the_source():
+    """nccl-tests 1.0 (fixtures/field/nccl-tests/README.md): `bytes N type op` lead, time
+    in ms, and broadcast with the out-of-place half only. Before: "unparsed"."""
+    rows, layout = nccl_tests.parse((FIELD / "v1.0.0-all_reduce_perf.txt").read_text(),
+                                    "all_reduce")
+    assert layout == "1.x" and [r.size_bytes for r in rows] == [1048576, 33554432]
+    assert rows[1].oop_busbw == 26.59 and rows[1].oop_time_us == pytest.approx(1262.0)
+    assert rows[1].oop_wrong is None  # res is a deviation
+    (row,), _ = nccl_tests.parse((FIELD / "v1.0.0-broadcast_perf.txt").read_text(),
+                                 "broadcast")
+    assert row.oop_busbw == 23.93 and math.isnan(row.ip_busbw) and row.ip_wrong is None
+
+
+def test_nccl_tests_2_10_alltoall_blank_redop_column():
+    """2.10/2.11 alltoall_perf names a redop column its rows leave blank. Before:
+    every row unmatched -> "unparsed"."""
+    rows, layout = nccl_tests.parse((FIELD / "v2.10.0-alltoall_perf.txt").read_text(),
+                                    "alltoall")
+    assert layout == "pre-2.13"
+    assert [(r.size_bytes, r.oop_busbw, r.ip_busbw) for r in rows] == [
+        (1048576, 26.06, 26.06), (134217728, 113.74, 113.74)]
+
+
+BLANK_REDOP = {"row": lambda ln: ln.replace("    none", "        ", 1)}
+CPUTIME = {"header": lambda ln: ln.replace("  time", "cputime")}
+TIMESTAMP = {"header": lambda ln: ln + "           timestamp",
+             "row": lambda ln: ln + "  2026-11-30 01:02:03"}
+PER_ITER = {"header": lambda ln: ln.replace(
+    "#wrong", "#wrong    i_min    i_max    i_p99    i_cv%"),
+    "row": lambda ln: re.sub(r"(\s+0)(?=\s|$)", r"\1    16.1    17.3    17.2     2.1", ln)}
+MILLION_WRONG = {"row": lambda ln: re.sub(r"\s0$", " 1e+06", ln)}
+
+
+@pytest.mark.parametrize("edits,expect", [
+    # 2.13.0-2.13.3 all_gather/alltoall/broadcast pass "" as opName (src/all_gather.cu)
+    (BLANK_REDOP, {}),
+    # -C 1 (report_cputime, 2.13.6+): common.cu / util.cu name the column "cputime"
+    (CPUTIME, {}),
+    # report_timestamps (2.18+, util.cu writeTimestamp "%Y-%m-%d %H:%M:%S")
+    (TIMESTAMP, {}),
+    # per-iteration timing (2.19 util.cu writeResultHeader / writePerIterReport)
+    (PER_ITER, {}),
+    # #wrong is printed "%6g": a million wrong elements reads 1e+06, not an exception
+    (MILLION_WRONG, {"ip_wrong": 1000000}),
+])
+def test_nccl_tests_2_13_to_2_19_variants_generated_from_the_capture(edits, expect):
+    """Before: each raised ParseError "unparsed" (or ValueError on 1e+06)."""
+    rows, layout = nccl_tests.parse(capture_variant(**edits))
+    assert layout == "2.13+" and len(rows) == 7 and rows[0].op == "all_gather"
+    assert (rows[-1].size_bytes, rows[-1].oop_busbw, rows[-1].ip_busbw) == (
+        4294967296, 286.23, 310.19)
+    assert rows[0].oop_time_us == 16.42
+    for field, value in expect.items():
+        assert getattr(rows[-1], field) == value
+
+
+@pytest.mark.parametrize("text", [
+    # a header of no known layout (an unknown column): its rows are never read
+    "#  size count type redop root time algbw busbw #wrong  lat time algbw busbw #wrong\n"
+    "  1048576  262144  float  sum  -1  23.4  44.7  44.7  0 1.0  21.5  48.7  48.7  0\n",
+    # a header without the figures' columns (raised IndexError before)
+    "#  size count type time\n  1048576 262144 float 23.4\n",
+    # a root column that is not a number, a redop that is one
+    "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+    "  1048576  262144  float  12  sum  23.4  44.7  44.7  0  21.5  48.7  48.7  0\n",
+    # the figures are not numbers
+    "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
+    "  1048576  262144  float  sum  -1  23.4  fast  44.7  0  21.5  48.7  48.7  0\n",
+])
+def test_nccl_tests_unknown_layouts_are_unparsed_never_an_exception(text):
+    with pytest.raises(ParseError, match="unparsed nccl-tests output"):
+        nccl_tests.parse(text, "all_reduce")
+
+
 class NcclCtx(FakeContext):
     text = ""
 
@@ -269,6 +402,11 @@ def test_nccl_tests_check_with_unknown_output_is_unparsed_not_slow(tmp_path):
     ctx.text = OLD_ALL_REDUCE
     got = [(m.name, m.value) for m in nccl_tests_check(ctx)]
     assert ("nccl.busbw", 203.68) in got
+    # 2.13.0-2.13.3 rows with a blank redop: measured, not "unparsed" (before: ParseError)
+    ctx.text = capture_variant(**BLANK_REDOP)
+    got = [(m.name, m.labels["size_bytes"], m.value) for m in nccl_tests_check(ctx)
+           if m.name == "nccl.busbw"]
+    assert ("nccl.busbw", "4294967296", 286.23) in got
     result = CheckResult("nccl_tests", "error", 0.0, (), f"ParseError: {exc.value}",
                          ("gpu", "multi-gpu", "nccl-tests"))
     verdicts = [v for v in judge([result], ctx.profile) if v.outcome == "fail"]

@@ -149,3 +149,42 @@ def test_nvlink_empty_output_means_no_nvlink():
     assert ns.parse_nvlink_status("") == {} and ns.parse_nvlink_errors("\n") == {}
     with pytest.raises(ns.ParseError):
         ns.parse_nvlink_status("Failed to initialize NVML\n")
+
+
+def pre_ampere_ecc(sbe: int, dbe: int, aggregate_dbe: int) -> str:
+    """The capture's -q -x with each <ecc_errors> rewritten in the layout nvidia-smi prints
+    for GPUs before Ampere (volatile|aggregate -> single_bit|double_bit -> per-memory
+    counts + total; NVML's SBE/DBE totals, nvml.h NVML_FI_DEV_ECC_SBE_VOL_TOTAL ...)."""
+    def bits(kind: str, n: int) -> str:
+        parts = "".join(f"<{t}>{v}</{t}>" for t, v in (
+            ("device_memory", n), ("register_file", 0), ("l1_cache", 0), ("l2_cache", 0),
+            ("texture_memory", "N/A"), ("texture_shm", "N/A"), ("cbu", "N/A")))
+        return f"<{kind}>{parts}<total>{n}</total></{kind}>"
+
+    block = (f"<ecc_errors><volatile>{bits('single_bit', sbe)}{bits('double_bit', dbe)}"
+             f"</volatile><aggregate>{bits('single_bit', sbe + 5)}"
+             f"{bits('double_bit', aggregate_dbe)}</aggregate></ecc_errors>")
+    return re.sub(r"<ecc_errors>.*?</ecc_errors>", block,
+                  (FIX / "nvidia-smi-q-x.xml").read_text(), flags=re.S)
+
+
+def test_pre_ampere_ecc_layout_is_read():
+    """Before: every ECC count None (silently not measured)."""
+    g = ns.parse_query_xml(pre_ampere_ecc(sbe=3, dbe=1, aggregate_dbe=2)).gpus[0]
+    assert (g.ecc_uncorrected_volatile, g.ecc_uncorrected_aggregate) == (1, 2)
+    assert (g.ecc_corrected_volatile, g.ecc_corrected_aggregate) == (3, 8)
+    now = ns.parse_query_xml((FIX / "nvidia-smi-q-x.xml").read_text()).gpus[0]
+    assert (now.ecc_uncorrected_volatile, now.ecc_corrected_aggregate) == (0, 0)
+
+
+def test_pre_ampere_ecc_check_fails_the_gpu_and_unknown_layout_errors(tmp_path):
+    from test_checks_gpu import fails, make_ctx, run
+
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": pre_ampere_ecc(0, 1, 1)})
+    bad = {(v.metric, v.labels["gpu"]) for v in fails(run("gpu.health", ctx), ctx)}
+    assert ("gpu.ecc_uncorrected_volatile", "0") in bad
+    unknown = re.sub(r"<ecc_errors>.*?</ecc_errors>", "<ecc_errors><hbm>1</hbm></ecc_errors>",
+                     (FIX / "nvidia-smi-q-x.xml").read_text(), flags=re.S)
+    ctx = make_ctx(tmp_path / "u", **{"nvidia-smi_-q_-x": unknown})
+    with pytest.raises(ns.ParseError, match="unparsed.*GPU 0, 1"):
+        run("gpu.health", ctx)

@@ -8,6 +8,7 @@ from validation.checks.common import gpu_labels, m, smi
 from validation.checks.registry import CheckSkipped, CommandFailed, Context, check
 from validation.model import Measurement
 from validation.probes.kernel_log import XidEvent, parse_xids, xid_bus_key
+from validation.probes.nvidia_smi import ParseError
 
 THROTTLE = ("hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap")
 
@@ -15,6 +16,7 @@ THROTTLE = ("hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_pow
 @check("gpu.health", needs=("gpu",), timeout_s=90,
        title="ECC mode and errors, row remapping, retired pages, clock events, temperature")
 def gpu_health(ctx: Context) -> Iterator[Measurement]:
+    unread = []
     for g in smi(ctx).gpus:
         lab = gpu_labels(g)
         yield m("gpu.ecc_mode", g.ecc_mode, lab)
@@ -35,6 +37,13 @@ def gpu_health(ctx: Context) -> Iterator[Measurement]:
         for reason in THROTTLE:
             if reason in g.clock_events:
                 yield m(f"gpu.throttle.{reason}", g.clock_events[reason], lab)
+        if (g.ecc_mode or "").lower() == "enabled" and g.ecc_uncorrected_volatile is None \
+                and g.ecc_uncorrected_aggregate is None:
+            unread.append(str(g.index))
+    if unread:
+        # ECC on but no count read: an <ecc_errors> layout we do not know, never "no errors"
+        raise ParseError(f"unparsed nvidia-smi -q -x: ECC enabled but no error count read "
+                         f"on GPU {', '.join(unread)}")
 
 
 def kernel_log(ctx: Context) -> str:

@@ -9,6 +9,7 @@ from validation.checks.common import gpu_labels, labels_by_index, m, smi
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.nvidia_smi import (
+    ParseError,
     parse_nvlink_errors,
     parse_topo,
     read_nvlink_status,
@@ -52,15 +53,12 @@ def _labels(ctx: Context, uuids: dict[int, str]) -> dict[int, dict[str, str]]:
 def nvlink_links(ctx: Context) -> Iterator[Measurement]:
     state = read_nvlink_status(ctx.run(["nvidia-smi", "nvlink", "-s"],
                                        artifact="nvidia-smi-nvlink-s.txt"))
-    if state.note or state.unknown:
-        # MIG mode and the like: unknown, not "0 links up" and never a hardware fault.
-        why = state.note or "; ".join(f"GPU {g}: {w}" for g, w in sorted(state.unknown.items()))
-        raise CheckSkipped(f"NVLink state unknown: nvidia-smi says {why!r}")
-    if not state.links:
+    if not state.links and not state.unknown and not state.note:
         raise CheckSkipped("nvidia-smi nvlink -s lists no NVLink on any GPU")
     labels = _labels(ctx, state.uuids)
     for gpu, links in state.links.items():
         lab = labels.get(gpu, {"gpu": str(gpu)})
+        # all links inactive: nvidia-smi's message, read as 0 up (the judge fails it)
         yield m("nvlink.links_up", sum(v is not None for v in links.values()), lab)
         for link, speed in links.items():
             if speed is not None:
@@ -71,3 +69,8 @@ def nvlink_links(ctx: Context) -> Iterator[Measurement]:
             for kind, value in counters.items():
                 if kind in _KINDS:
                     yield m(_KINDS[kind], value, {**lab, "link": str(link)})
+    if state.note or state.unknown:
+        # MIG mode, "not supported", a wording we do not know: the state is unknown.
+        # Neither "0 links up" (a hardware fault) nor a skip: the check errors.
+        why = state.note or "; ".join(f"GPU {g}: {w}" for g, w in sorted(state.unknown.items()))
+        raise ParseError(f"NVLink state unknown: nvidia-smi says {why!r}")

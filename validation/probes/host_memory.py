@@ -13,10 +13,13 @@
   ch*_ce_count and ue_count; ce_noinfo_count/ue_noinfo_count for errors no DIMM owns.
 - Machine checks: `mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 7: cc00008000010090`
   (arch/x86/kernel/cpu/mce/core.c __print_mce; "Machine Check Exception" for an exception;
-  MCi_STATUS bit 61 UC = uncorrected), `mce: [Hardware Error]: Machine check events logged`
-  (corrected events handed to the log), and firmware-first (APEI GHES, Dell/HPE default)
-  records `{1}[Hardware Error]: event severity: corrected|recoverable|fatal` with a
-  `DIMM location: ...` line (drivers/firmware/efi/cper.c).
+  MCi_STATUS bit 61 UC = uncorrected), AMD's decoder record
+  `[Hardware Error]: CPU:0 (19:1:1) MC15_STATUS[Over|CE|...]: 0xdc2040000000011b`
+  (drivers/edac/mce_amd.c amd_decode_mce; the same bit 61), and firmware-first (APEI GHES,
+  Dell/HPE default) records `{1}[Hardware Error]: event severity: corrected|recoverable|fatal`
+  with a `DIMM location: ...` line (drivers/firmware/efi/cper.c).
+  `Machine check events logged` (mce_notify_irq, with or without the `mce: ` prefix) only
+  announces that records were handed to the log: it is not a record and is not counted.
 """
 
 from __future__ import annotations
@@ -187,14 +190,26 @@ class HwError:
 
 _MCE = re.compile(r"mce: \[Hardware Error\]: CPU (\d+): Machine Check( Exception)?: "
                   r"([0-9a-fA-F]+) Bank (\d+): ([0-9a-fA-F]+)")
+_AMD = re.compile(r"\[Hardware Error\]: CPU:(\d+) \([0-9a-fA-F:]+\) MC(\d+)_STATUS"
+                  r"\[[^\]]*\]: 0x([0-9a-fA-F]+)")
 _GHES_SEV = re.compile(r"\{\d+\}\[Hardware Error\]:\s+event severity: (\w+)")
 _GHES_DIMM = re.compile(r"\{\d+\}\[Hardware Error\]:.*DIMM location: ([^\n]+?)\s*$")
 UC_BIT = 1 << 61
 
 
+def _mce_record(ln: str) -> tuple[str, str, int, bool] | None:
+    """(cpu, bank, MCi_STATUS, exception) of a kernel or AMD-decoder record line."""
+    if m := _MCE.search(ln):
+        return m.group(1), m.group(4), int(m.group(5), 16), bool(m.group(2))
+    if m := _AMD.search(ln):
+        return m.group(1), m.group(2), int(m.group(3), 16), False
+    return None
+
+
 def parse_hw_errors(text: str) -> list[HwError]:
     out: list[HwError] = []
     ghes: dict[str, object] | None = None
+    last_mce: tuple[str, str, int] | None = None
 
     def flush() -> None:
         nonlocal ghes
@@ -204,14 +219,14 @@ def parse_hw_errors(text: str) -> list[HwError]:
             ghes = None
 
     for ln in text.splitlines():
-        m = _MCE.search(ln)
-        if m:
-            status = int(m.group(5), 16)
-            out.append(HwError("mce", bool(m.group(2)) or bool(status & UC_BIT), m.group(1),
-                               m.group(4), "", ln.strip()))
-            continue
-        if "mce: [Hardware Error]: Machine check events logged" in ln:
-            out.append(HwError("mce", False, "", "", "", ln.strip()))
+        rec = _mce_record(ln)
+        if rec:
+            cpu, bank, status, exception = rec
+            # a kernel that prints both its own line and AMD's decoding of one record
+            if (cpu, bank, status) != last_mce:
+                out.append(HwError("mce", exception or bool(status & UC_BIT), cpu, bank, "",
+                                   ln.strip()))
+            last_mce = (cpu, bank, status)
             continue
         s = _GHES_SEV.search(ln)
         if s:

@@ -68,9 +68,9 @@ class GpuInfo:
     persistence_mode: str | None
     mig_mode: str | None
     ecc_mode: str | None
-    ecc_uncorrected_volatile: int | None  # dram + sram
+    ecc_uncorrected_volatile: int | None  # dram + sram; pre-Ampere: double_bit total
     ecc_uncorrected_aggregate: int | None
-    ecc_corrected_volatile: int | None
+    ecc_corrected_volatile: int | None  # dram + sram; pre-Ampere: single_bit total
     retired_pages: int | None  # single + double bit; None where the GPU has row remapping
     retired_pages_pending: bool | None
     remapped_rows_correctable: int | None
@@ -92,6 +92,7 @@ class GpuInfo:
     # board power now: average_power_draw (R550+), power_draw (R530-R545 gpu_power_readings,
     # older power_readings)
     power_draw_w: float | None = None
+    ecc_corrected_aggregate: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,28 @@ def _min(*vals: int | None) -> int | None:
 def _sum(*vals: int | None) -> int | None:
     present = [v for v in vals if v is not None]
     return sum(present) if present else None
+
+
+# Ampere and later: dram_* / sram_* counts under volatile|aggregate
+_ECC_NOW = {True: ("dram_uncorrectable", "sram_uncorrectable_parity",
+                   "sram_uncorrectable_secded", "sram_uncorrectable"),
+            False: ("dram_correctable", "sram_correctable")}
+# before Ampere (nvidia-smi's XML for Volta/Turing and older drivers): single_bit (corrected)
+# and double_bit (uncorrected), each per memory (device_memory, register_file, l1_cache,
+# l2_cache, texture_memory, texture_shm, cbu) plus their total
+_ECC_PARTS = ("device_memory", "register_file", "l1_cache", "l2_cache", "texture_memory",
+              "texture_shm", "cbu")
+
+
+def _ecc(g: ET.Element, scope: str, uncorrected: bool) -> int | None:
+    """ECC error count of one GPU in `scope` (volatile | aggregate), either layout."""
+    now = _sum(*(_int(g.findtext(f"ecc_errors/{scope}/{tag}")) for tag in _ECC_NOW[uncorrected]))
+    if now is not None:
+        return now
+    bits = f"ecc_errors/{scope}/{'double_bit' if uncorrected else 'single_bit'}"
+    total = _int(g.findtext(f"{bits}/total"))
+    return total if total is not None else _sum(
+        *(_int(g.findtext(f"{bits}/{part}")) for part in _ECC_PARTS))
 
 
 def parse_query_xml(text: str) -> SmiReport:
@@ -159,22 +182,10 @@ def parse_query_xml(text: str) -> SmiReport:
             persistence_mode=_na(t("persistence_mode")),
             mig_mode=_na(t("mig_mode/current_mig")),
             ecc_mode=_na(t("ecc_mode/current_ecc")),
-            ecc_uncorrected_volatile=_sum(
-                _int(t("ecc_errors/volatile/dram_uncorrectable")),
-                _int(t("ecc_errors/volatile/sram_uncorrectable_parity")),
-                _int(t("ecc_errors/volatile/sram_uncorrectable_secded")),
-                _int(t("ecc_errors/volatile/sram_uncorrectable")),
-            ),
-            ecc_uncorrected_aggregate=_sum(
-                _int(t("ecc_errors/aggregate/dram_uncorrectable")),
-                _int(t("ecc_errors/aggregate/sram_uncorrectable_parity")),
-                _int(t("ecc_errors/aggregate/sram_uncorrectable_secded")),
-                _int(t("ecc_errors/aggregate/sram_uncorrectable")),
-            ),
-            ecc_corrected_volatile=_sum(
-                _int(t("ecc_errors/volatile/dram_correctable")),
-                _int(t("ecc_errors/volatile/sram_correctable")),
-            ),
+            ecc_uncorrected_volatile=_ecc(g, "volatile", uncorrected=True),
+            ecc_uncorrected_aggregate=_ecc(g, "aggregate", uncorrected=True),
+            ecc_corrected_volatile=_ecc(g, "volatile", uncorrected=False),
+            ecc_corrected_aggregate=_ecc(g, "aggregate", uncorrected=False),
             retired_pages=_sum(
                 _int(t("retired_pages/multiple_single_bit_retirement/retired_count")),
                 _int(t("retired_pages/double_bit_retirement/retired_count")),
@@ -272,9 +283,15 @@ def nv_links(cell: str) -> int:
 
 
 _GPU_HDR = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]+)\)")
+# NVML's message for a GPU whose every NVLink is down, under that GPU's line (seen as
+# "NVML: Unable to retrieve NVLink information as all links are inActive", also spelled
+# "NVML:Unable to retrieve Nvlink ..." and "inactive"): a state, 0 links up.
+_ALL_INACTIVE = re.compile(r"all links are inactive", re.I)
 # What nvidia-smi prints instead of link lines when it cannot say (MIG mode, a GPU or
 # a driver without NVLink): the state is unknown, never "0 links up".
-_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported", re.I)
+_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported|"
+                          r"does not have or support", re.I)
+_LINK = re.compile(r"\s*Link (\d+): (.*)$")
 
 
 @dataclass(frozen=True)
@@ -283,17 +300,27 @@ class NvlinkStatus:
     unknown: dict[int, str]  # gpu index -> nvidia-smi's words for why it cannot say
     uuids: dict[int, str]  # gpu index -> UUID from the GPU line
     note: str | None = None  # a message for the whole output (no GPU line at all)
+    # GPUs nvidia-smi says have every link inactive (their `links` entry is empty)
+    all_inactive: frozenset[int] = frozenset()
+
+
+def _link_speed(text: str) -> float | None:
+    speed = re.match(r"([\d.]+) GB/s", text.strip())
+    return float(speed.group(1)) if speed else None
 
 
 def read_nvlink_status(text: str) -> NvlinkStatus:
     """Parse `nvidia-smi nvlink -s`, keeping what nvidia-smi could not say apart.
 
     Empty output (no GPU exposes NVLink, a 1-GPU VM slice) has no links and nothing
-    unknown; the check decides what either means.
+    unknown; the check decides what either means. Under a GPU line, anything that is
+    neither a link line nor the all-inactive message (MIG mode, "not supported", a
+    wording we do not know) makes that GPU unknown; so does a GPU with no line at all.
     """
     links: dict[int, dict[int, float | None]] = {}
     unknown: dict[int, str] = {}
     uuids: dict[int, str] = {}
+    inactive: set[int] = set()
     if not text.strip():
         return NvlinkStatus(links, unknown, uuids)
     gpu: int | None = None
@@ -302,26 +329,33 @@ def read_nvlink_status(text: str) -> NvlinkStatus:
             gpu = int(m.group(1))
             links[gpu] = {}
             uuids[gpu] = m.group(3).strip()
-        elif m := re.match(r"\s*Link (\d+): (.*)$", ln):
+        elif m := _LINK.match(ln):
             if gpu is None:
                 raise ParseError("nvlink -s: link line before any GPU line")
-            speed = re.match(r"([\d.]+) GB/s", m.group(2).strip())
-            links[gpu][int(m.group(1))] = float(speed.group(1)) if speed else None
-        elif ln.strip() and _UNSUPPORTED.search(ln):
-            if gpu is None:
+            links[gpu][int(m.group(1))] = _link_speed(m.group(2))
+        elif not ln.strip():
+            continue
+        elif gpu is None:
+            if _UNSUPPORTED.search(ln):
                 return NvlinkStatus({}, {}, {}, ln.strip())
-            unknown[gpu] = ln.strip()
+        elif _ALL_INACTIVE.search(ln):
+            inactive.add(gpu)
+        else:
+            unknown.setdefault(gpu, ln.strip())
     if not links:
         raise ParseError("nvlink -s: no GPU found")
-    for g in unknown:
-        if not links[g]:
-            del links[g]
-    return NvlinkStatus(links, unknown, uuids)
+    for g, found in links.items():
+        if not found and g not in inactive and g not in unknown:
+            unknown[g] = "no link line under the GPU line"
+    for g in unknown:  # a GPU nvidia-smi could not say about has no trustworthy links
+        links.pop(g, None)
+        inactive.discard(g)
+    return NvlinkStatus(links, unknown, uuids, all_inactive=frozenset(inactive))
 
 
 def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
-    """{gpu: {link: GB/s or None when inactive}}; GPUs nvidia-smi cannot say about
-    (MIG mode) are left out, never reported as links down."""
+    """{gpu: {link: GB/s or None when inactive}}; a GPU whose links are all inactive has
+    {} (0 up); GPUs nvidia-smi cannot say about (MIG mode) are left out."""
     return read_nvlink_status(text).links
 
 
