@@ -122,6 +122,24 @@ def validate(c, node=None, inventory="lab", level="quick", out=None,
 
 @task(
     help={
+        "inventory": "the site's inventory (the overlay goes to its calibration/ folder)",
+        "nodes": "known-good nodes to calibrate on, comma-separated (at least 2 per profile)",
+        "level": "the level whose figures set the floors (default: standard)",
+        "out": "run directory of the calibration run (default: runs/calibrate-<timestamp>)",
+    }
+)
+@user_errors
+def calibrate(c, inventory, nodes, level="standard", out=None):
+    """Calibrate the performance floors on known-good nodes: one overlay per profile."""
+    from rackready.calibrate import run_calibration
+
+    code = run_calibration(inventory, nodes, level=level, out=out)
+    if code:
+        raise Exit(code=code)
+
+
+@task(
+    help={
         "run": "run directory written by `invoke validate`",
         "format": "comma-separated: json,html,pdf,junit (default: all)",
         "diff": "compare two runs instead: RUN_A,RUN_B",
@@ -317,7 +335,7 @@ lab_ns.add_task(lab_heal, "heal")
 lab_ns.add_task(lab_reboot, "reboot")
 
 ns = Collection()
-for t in (provision, bundle, validate, report, verify, keygen, demo, test, lint):
+for t in (provision, bundle, validate, calibrate, report, verify, keygen, demo, test, lint):
     ns.add_task(t)
 ns.add_collection(lab_ns)
 ns.configure({"run": {"echo": False}})

@@ -19,10 +19,13 @@ from pathlib import Path
 import yaml
 
 from rackready import bundle, inventory, node_session, ssh
+from rackready.calibration import check_overlay, overlay_path, read_overlay
 from rackready.errors import UserError
+from rackready.judging import load_judging_profile
 from rackready.progress import Board
 from rackready.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
+from validation.profile import ProfileError
 
 LEVELS = ("quick", "standard", "burnin")
 # The role's default venv (tests and tools that have no inventory); a node's own comes
@@ -43,7 +46,10 @@ class NodeRun:
 
 def run_validation(node: str | None, inventory: str = "lab", level: str = "quick",
                    out: str | None = None, formats: str = "json,html,pdf,junit",
-                   only: str | None = None, resume: str | None = None) -> int:
+                   only: str | None = None, resume: str | None = None,
+                   nodes: list[str] | None = None, calibrating: bool = False) -> int:
+    """Validate one node, some (nodes) or all of an inventory. calibrating: judge against
+    the profiles' own limits, without the site's calibration overlay (invoke calibrate)."""
     if level not in LEVELS:
         raise UserError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
     only_checks = _only(only)
@@ -54,9 +60,11 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
         run.plan.resumed_at.append(now_iso())
         run.save_plan()
     else:
-        targets = [_find(node, inventory)] if node else _load(inventory)
+        targets = ([_find(node, inventory)] if node
+                   else [_find(n, inventory) for n in nodes] if nodes else _load(inventory))
+        overlays = None if calibrating else _overlays(inventory)
         plan = Plan(run_id=new_run_id(inventory), inventory=inventory, level=level,
-                    only=only_checks, nodes=[_planned(n) for n in targets])
+                    only=only_checks, nodes=[_planned(n, overlays) for n in targets])
         run = RunDir.create(PROJECT_ROOT / "runs", out, plan)
 
     payload, digest = bundle.build()
@@ -122,9 +130,29 @@ def _only(only: str | None) -> list[str] | None:
     return names
 
 
-def _planned(n: inventory.Node) -> PlannedNode:
-    return PlannedNode(name=n.name, profile=n.profile, site=_site(n),
+def _planned(n: inventory.Node, overlays: Path | None = None) -> PlannedNode:
+    """The node as planned; its profile must load here (a typo is refused before any
+    connection), and the site's calibration overlay for it is checked and shipped."""
+    site = _site(n)
+    try:
+        profile = load_judging_profile(n.profile, tuple(n.validation_without), None, site)
+    except (ProfileError, OSError) as exc:
+        raise UserError(f"node {n.name}: rackready_profile {n.profile!r}: "
+                        f"{one_line(str(exc))}") from None
+    overlay = read_overlay(overlays, n.profile) if overlays is not None else None
+    if overlay is not None:
+        check_overlay(overlay_path(overlays, n.profile), overlay, profile)  # type: ignore[arg-type]
+        site["calibration"] = overlay
+    return PlannedNode(name=n.name, profile=n.profile, site=site,
                        without=tuple(n.validation_without))
+
+
+def _overlays(inv: str) -> Path | None:
+    """The inventory's folder, where calibration/<profile>.yml overlays live."""
+    try:
+        return inventory.inventory_path(inv).parent
+    except UserError:
+        return None
 
 
 def _site(node: inventory.Node) -> dict:
