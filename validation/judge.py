@@ -293,11 +293,26 @@ def _status_verdicts(results: list[CheckResult], profile: Any) -> list[Verdict]:
         out.append(Verdict(
             check=r.check, metric="check.status", outcome="fail", value=r.status, unit="",
             message=f"required check {r.check} {what}: {r.message}",
-            remediation="install or repair what the check needs "
-                        f"({', '.join(r.needs) or 'nothing special'}) and re-run; "
-                        "a check that did not run is never a pass",
+            remediation=_status_remediation(r),
         ))
     return out
+
+
+# a workload that ran out of GPU memory, or whose plan found no shape that fits: the job's
+# size against the GPUs, not a missing or broken part
+_OUT_OF_MEMORY = re.compile(r"out of memory|fits in GPU memory", re.IGNORECASE)
+
+
+def _status_remediation(r: CheckResult) -> str:
+    if _OUT_OF_MEMORY.search(r.message):
+        return ("out of GPU memory: the job (shape, world size, GPU memory in the message) "
+                "does not fit these GPUs; run it on more GPUs or a smaller shape (site "
+                "workloads: {fsdp: {shape: ...}}) or with activation checkpointing "
+                "(workloads: {fsdp: {ac: selective}}); if nvidia-smi shows other processes "
+                "holding GPU memory, stop them and re-run")
+    return ("install or repair what the check needs "
+            f"({', '.join(r.needs) or 'nothing special'}) and re-run; "
+            "a check that did not run is never a pass")
 
 
 Group = list[tuple[str, Measurement]]  # (check, measurement) repeats of one metric+labels

@@ -45,7 +45,10 @@ _CORE: list[Metric] = [
     _m("gpu.temperature", "C", "GPU core temperature", "lower"),
     _m("gpu.persistence_mode", "", "persistence mode", "equal"),
     _m("gpu.mig_mode", "", "MIG mode currently in force", "equal"),
-    _m("nccl.version", "", "NCCL library version installed (the system libnccl)", "equal"),
+    _m("nccl.version", "", "NCCL the workloads load (PyTorch's, label source=torch); the "
+       "system libnccl (source=system) where the workloads load no NCCL of their own", "equal"),
+    _m("nccl.system_version", "", "the system libnccl (dpkg, ldconfig) beside PyTorch's NCCL; "
+       "judged only where a pin asks (the site's nccl_version)", "equal", judged=False),
     # GPU health
     _m("gpu.ecc_mode", "", "ECC mode currently in force", "equal"),
     _m("gpu.ecc_uncorrected_volatile", "", "uncorrectable ECC errors since boot", "lower"),

@@ -18,7 +18,8 @@ from pathlib import Path
 
 
 class NotRun(RuntimeError):
-    """A check that could not start because an earlier failure took what it needs.
+    """A check that could not start: an earlier failure took what it needs, or its plan
+    found the node cannot hold its job.
 
     The runner records it as status 'error' with this message alone (no class name)."""
 

@@ -293,7 +293,8 @@ def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
                       src.format("cuda_toolkit_version")))
     if "nccl_version" in site:
         upstream = str(site["nccl_version"]).split("-")[0]  # 2.28.9-1 -> 2.28.9
-        for metric in ("nccl.version", "nccl.torch_version"):
+        # the role installed the system libnccl at this pin too: judged where provisioned
+        for metric in ("nccl.version", "nccl.torch_version", "nccl.system_version"):
             out.append(_t(metric, "==", upstream, src.format("nccl_version")))
     if "validation_tools_nccl_tests_version" in site:
         out.append(_t("nccl_tests.version", "==",
@@ -498,7 +499,9 @@ def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = 
     if gpus is not None and gpus < int(profile.inventory.get("gpu", {}).get("count", 0)):
         requires -= {"bare-metal"}  # issue 16 (w16n): a GPU slice is a VM, not the chassis
     if gpus == 1:
-        requires -= {"multi-gpu"}
+        # one GPU has no peer: no collectives and no NVLink to judge (a passed-through GPU
+        # lists no links); a full machine keeps both required, so a GPU with none up fails
+        requires -= {"multi-gpu", "nvlink"}
     return replace(profile, inventory=inv, thresholds=tuple(thresholds),
                    requires=frozenset(requires),
                    scope={"gpus": gpus, "without": sorted(without)})

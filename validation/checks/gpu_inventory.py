@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 from validation.checks.common import gpu_labels, m, smi
@@ -66,9 +69,49 @@ def _nccl_from_ldconfig(ctx: Context) -> str | None:
     return None
 
 
-@check("nccl.version", needs=("gpu",), timeout_s=30, title="NCCL library version installed")
+# Run by the interpreter that runs the workloads (torchrun is started from it): the NCCL
+# PyTorch loads is its own (the nvidia-nccl wheel), not necessarily the system libnccl.
+_TORCH_NCCL = (
+    "import json, torch, torch.distributed as d\n"
+    "print(json.dumps(torch.cuda.nccl.version() if d.is_nccl_available() else None))"
+)
+
+
+def torch_nccl_version(timeout_s: float = 60) -> str | None:
+    """torch.cuda.nccl.version() of the workloads' Python as 'major.minor.patch'; None where
+    torch is absent or built without NCCL (a CPU build)."""
+    try:
+        p = subprocess.run([sys.executable, "-c", _TORCH_NCCL], capture_output=True, text=True,
+                           timeout=timeout_s, check=False)
+        raw = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, IndexError):
+        return None
+    if isinstance(raw, list):
+        return ".".join(str(x) for x in raw[:3])
+    if isinstance(raw, int):  # older torch: NCCL_VERSION_CODE, major*10000 + minor*100 + patch
+        return f"{raw // 10000}.{raw // 100 % 100}.{raw % 100}"
+    return None
+
+
+def _workloads_on_cpu(ctx: Context) -> bool:
+    """The site runs the workloads on CPU (the lab): gloo, no NCCL loaded by them."""
+    return str((ctx.site.get("workloads") or {}).get("device", "cuda")) == "cpu"
+
+
+@check("nccl.version", needs=("gpu",), timeout_s=90,
+       title="NCCL the workloads load (PyTorch's), the system libnccl beside it")
 def nccl_version(ctx: Context) -> Iterator[Measurement]:
-    version = _nccl_from_dpkg(ctx) or _nccl_from_ldconfig(ctx)
-    if version is None:
-        raise CheckSkipped("libnccl2 not found (dpkg-query, ldconfig)")
-    yield m("nccl.version", version)
+    system = _nccl_from_dpkg(ctx) or _nccl_from_ldconfig(ctx)
+    loaded = None if _workloads_on_cpu(ctx) else ctx.once("nccl.torch", torch_nccl_version)
+    if loaded is not None:
+        # judged: what every workload runs; the system library is a fact beside it
+        # (nccl-tests links it), judged only where a pin asks
+        yield m("nccl.version", loaded, {"source": "torch"})
+        if system is not None:
+            yield m("nccl.system_version", system, {"source": "system"})
+        return
+    if system is None:
+        raise CheckSkipped("libnccl2 not found (dpkg-query, ldconfig) and PyTorch loads no NCCL")
+    # no NCCL of PyTorch's (absent, a CPU build, workloads on CPU): the system library is
+    # the only NCCL on the node
+    yield m("nccl.version", system, {"source": "system"})

@@ -6,7 +6,9 @@ workload, they share one long-lived worker group (launch.WorkerGroup: torchrun
 and NCCL init paid once); otherwise each starts its own torchrun. A workload runs
 to its check's deadline (runner: from validation/budgets.yml). Sizes and
 durations come from the level, overridable per site under `workloads:`
-(e.g. `workloads: {gemm_burnin: {duration_s: 7200}, device: cpu}`).
+(e.g. `workloads: {gemm_burnin: {duration_s: 7200}, device: cpu}`). The reference
+job's shape is planned from the node's GPU count and memory (fsdp_plan): the level's
+largest shape that fits, or a failure that says why none does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from validation.checks.common import smi
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes import nccl_tests
+from validation.workloads import fsdp_plan
 from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS
 from validation.workloads.common_env import nvls_enabled
@@ -53,14 +56,22 @@ LEVELS: dict[str, dict[str, dict[str, Any]]] = {
         "standard": {"sizes": "1M:4G:x4", "pair_size": "256M"},
         "burnin": {"sizes": "1M:8G:x2", "pair_size": "1G"},
     },
-    "fsdp": {
-        # quick: no checkpoint round trip (~25 s of an 18 GB write and read on 2x H200, a third
-        # of the level's 90 s); standard and burnin carry it
-        "quick": {"shape": "llama3-1b", "steps": 16, "ckpt_step": 0},
-        "standard": {"shape": "llama3-8b", "steps": 30, "ckpt_step": 15},
-        "burnin": {"shape": "llama3-8b", "steps": 300, "ckpt_step": 150},
-    },
 }
+
+# The reference job's shapes per level, largest first: the plan (fsdp_plan) runs the first
+# whose memory estimate fits the node's GPUs. llama3-8b cannot fit one GPU of 141 GB (its
+# fp32 weights, gradients and AdamW state alone are 120 GiB); llama3-1b runs there with the
+# config of its one-GPU golden curve (validation/golden/llama3-1b.w1.bf16.json: 16 steps).
+# quick: no checkpoint round trip (~25 s of an 18 GB write and read on 2x H200, a third of
+# the level's 90 s); standard and burnin carry it.
+FSDP_SHAPES: dict[str, list[dict[str, Any]]] = {
+    "quick": [{"shape": "llama3-1b", "steps": 16, "ckpt_step": 0}],
+    "standard": [{"shape": "llama3-8b", "steps": 30, "ckpt_step": 15},
+                 {"shape": "llama3-1b", "steps": 16, "ckpt_step": 8}],
+    "burnin": [{"shape": "llama3-8b", "steps": 300, "ckpt_step": 150},
+               {"shape": "llama3-1b", "steps": 300, "ckpt_step": 150}],
+}
+LEVELS["fsdp"] = {level: shapes[0] for level, shapes in FSDP_SHAPES.items()}
 
 
 def _site(ctx: Context, key: str) -> dict[str, Any]:
@@ -339,6 +350,59 @@ def storage_ckpt(ctx: Context) -> Iterator[Measurement]:
     yield Measurement("storage.ckpt_read", round(res["read"], 3), "GB/s", lab)
 
 
+class GpuOutOfMemory(RuntimeError):
+    """A workload ran out of GPU memory; the message names the job, the world and the GPUs'
+    memory (the runner prefixes the class name, which says the cause)."""
+
+
+def _fsdp_candidates(ctx: Context) -> list[dict[str, Any]]:
+    """The level's shapes, largest first, with the site's settings over each; a site that
+    names a shape makes it the only candidate."""
+    site = _site(ctx, "fsdp")
+    shapes = FSDP_SHAPES.get(ctx.level, FSDP_SHAPES["quick"])
+    if "shape" in site:
+        return [{**shapes[0], **site}]
+    return [{**c, **site} for c in shapes]
+
+
+def _gpu_memory(ctx: Context) -> tuple[int, str]:
+    """(bytes of the smallest GPU, where the figure came from): nvidia-smi's framebuffer size,
+    else the profile's inventory where nvidia-smi cannot answer."""
+    try:
+        sizes = [g.memory_total_mib for g in smi(ctx).gpus if g.memory_total_mib]
+    except Exception:  # no nvidia-smi, or one that fails: the profile's figure stands in
+        sizes = []
+    if sizes:
+        return min(sizes) << 20, "nvidia-smi"
+    return int(ctx.profile.gpu("memory_mib", 0) or 0) << 20, "profile"
+
+
+def _plan_measurements(pl: fsdp_plan.Plan, world: int, source: str) -> list[Measurement]:
+    """The plan as the report shows it: the shape chosen and why, and every estimate."""
+    labels = {"world": str(world), "gpu_memory_gib": f"{pl.gpu_bytes / fsdp_plan.GiB:.1f}",
+              "usable_gib": f"{pl.usable_bytes / fsdp_plan.GiB:.1f}", "memory_source": source,
+              "reason": pl.reason}
+    out = [Measurement("fsdp.plan", str(pl.chosen["shape"]) if pl.chosen else "none", "",
+                       labels)]
+    for cand, est, fits in pl.estimates:
+        out.append(Measurement("fsdp.plan_estimate_gib", round(est.total / fsdp_plan.GiB, 1),
+                               "GiB", {"shape": str(cand["shape"]), "world": str(world),
+                                       "fits": "yes" if fits else "no"}))
+    return out
+
+
+def _plan_fsdp(ctx: Context) -> tuple[dict[str, Any], fsdp_plan.Plan, list[Measurement]]:
+    """The shape this node can hold; a node that can hold none fails the check with why."""
+    world = _gpu_count(ctx)
+    gpu_bytes, source = _gpu_memory(ctx)
+    pl = fsdp_plan.plan(_fsdp_candidates(ctx), world, gpu_bytes)
+    return (pl.chosen or {}), pl, _plan_measurements(pl, world, source)
+
+
+def _is_oom(message: str) -> bool:
+    return "out of memory" in message.lower()
+
+
 @check(
     "fsdp_reference",
     needs=("gpu", "torch"),
@@ -350,11 +414,17 @@ def fsdp_reference(ctx: Context) -> Iterator[Measurement]:
     gpu = ctx.profile.inventory.get("gpu", {})
     peak = gpu.get("bf16_dense_tflops", {})
     peak = float(peak.get("value", 0) if isinstance(peak, dict) else peak or 0)
+    pl: fsdp_plan.Plan | None = None
     if _device(ctx) == "cpu":
         # the tiny CPU model's round trip costs nothing, so CPU runs (the lab, CI) keep the
         # resume check at every level; GPU quick drops it for its time budget
         p = {**p, "shape": "tiny", "seq": p.get("seq", 128),
              "ckpt_step": p.get("ckpt_step") or int(p["steps"]) // 2}
+    else:
+        p, pl, plan_ms = _plan_fsdp(ctx)
+        yield from plan_ms
+        if pl.chosen is None:
+            raise procs.NotRun(f"fsdp_reference not run: {pl.reason}")
     mount = _raid_dir(ctx)
     ckdir = Path(str(p.get("ckpt_dir", mount if mount.is_dir() else ctx.out / "ckpt")))
     args = [
@@ -375,8 +445,27 @@ def fsdp_reference(ctx: Context) -> Iterator[Measurement]:
         args += ["--peak-tflops", str(peak)]
     if p.get("compile"):
         args.append("--compile")
-    ms = _run(ctx, "fsdp_train", args, 60 + 4 * float(p["steps"]))
+    try:
+        ms = _run(ctx, "fsdp_train", args, 60 + 4 * float(p["steps"]))
+    except RuntimeError as e:
+        if pl is None or isinstance(e, (procs.TimedOut, procs.NotRun)) or not _is_oom(str(e)):
+            raise
+        raise GpuOutOfMemory(_oom_message(p, pl, str(e))) from None
     yield from ms
+    yield from _loss_deviation(ctx, p, ms)
+
+
+def _oom_message(p: dict[str, Any], pl: fsdp_plan.Plan, error: str) -> str:
+    est = next((e for c, e, _ in pl.estimates if c is pl.chosen), None)
+    world = est.world if est else "?"
+    planned = f", planned ~{fsdp_plan.gib(est.total)} per GPU" if est else ""
+    return (f"out of memory: {p['shape']} (seq {p.get('seq', 8192)}, AC {p.get('ac', 'none')}) "
+            f"on {world} GPU(s) of {fsdp_plan.gib(pl.gpu_bytes)}{planned}: {error}")
+
+
+def _loss_deviation(ctx: Context, p: dict[str, Any], ms: list[Measurement]
+                    ) -> Iterator[Measurement]:
+    """The loss curve against the golden curve of the shape and world that ran."""
     got_golden = golden_deviation(ms)
     if got_golden is not None:  # a stored curve for this exact run config
         dev, labels = got_golden

@@ -6,7 +6,6 @@ Shapes follow the published Llama 3 configurations; "tiny" is for CPU/CI.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,6 +17,11 @@ from torch.utils.checkpoint import (
     checkpoint,
     create_selective_checkpoint_contexts,
 )
+
+# the shapes live in a torch-free module so the checks can plan a job without torch
+from validation.workloads.shapes import SHAPES, Shape, count_params
+
+__all__ = ["SHAPES", "Shape", "count_params", "Llama", "flops_per_token", "init_weights"]
 
 # torchtitan v0.2.2's per-op selective AC (llama3 parallelize.py _op_sac_save_list): keep
 # the outputs of matmuls (all but every second one) and of attention, recompute the rest
@@ -49,26 +53,6 @@ def _sac_context() -> Any:
         return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
-
-
-@dataclass(frozen=True)
-class Shape:
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    ffn_dim: int
-    vocab: int
-    rope_theta: float = 500000.0
-    norm_eps: float = 1e-5
-
-
-SHAPES: dict[str, Shape] = {
-    "llama3-8b": Shape(4096, 32, 32, 8, 14336, 128256),
-    "llama3-1b": Shape(2048, 16, 32, 8, 8192, 128256),
-    "small": Shape(1024, 8, 16, 4, 4096, 32768),
-    "tiny": Shape(64, 2, 4, 2, 128, 256),
-}
 
 
 class RMSNorm(nn.Module):
@@ -186,15 +170,6 @@ class Llama(nn.Module):
         for layer in self.layers:
             h = layer(h, cos, sin)
         return self.output(self.norm(h))
-
-
-def count_params(s: Shape) -> tuple[int, int]:
-    """(all parameters, embedding parameters) from the shape alone."""
-    hd = s.dim // s.n_heads
-    attn = s.dim * hd * (s.n_heads * 2 + s.n_kv_heads * 2)
-    block = attn + 3 * s.dim * s.ffn_dim + 2 * s.dim
-    emb = s.vocab * s.dim
-    return emb + s.n_layers * block + s.dim + s.vocab * s.dim, emb
 
 
 def flops_per_token(s: Shape, seq: int) -> float:

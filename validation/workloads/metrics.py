@@ -136,6 +136,10 @@ WORKLOAD_METRICS: list[Metric] = [
         "higher",
     ),
     # reference FSDP training job
+    _m("fsdp.plan", "", "the shape the node's GPUs can hold, chosen before the job (labels: "
+       "world, GPU memory, headroom, reason); none: no shape fits", "equal", judged=False),
+    _m("fsdp.plan_estimate_gib", "GiB", "estimated peak memory per GPU of one candidate shape "
+       "(labels shape, world, fits)", "lower", judged=False),
     _m(
         "fsdp.tokens_per_s_per_gpu",
         "tokens/s",
