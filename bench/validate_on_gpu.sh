@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The node-side suite on a real GPU machine, as `invoke validate` runs it on a node.
 #   LEVELS="quick standard" bash bench/validate_on_gpu.sh
+#   REPEAT=N: each level N times in a row (runs <level>-1 .. <level>-N), for false-fail counts
 #   SITE=FILE.yml: per-node settings, as `python -m validation run --site` takes them (e.g.
 #   workloads: {fsdp: {steps: 20, ckpt_step: 10}} to try a level's parameters before changing it)
 # Results: $OUT/<level>.tar.gz (the run directory; unpack and `invoke report --run DIR`)
@@ -29,7 +30,7 @@ run() {  # run LEVEL NAME [extra args]
 }
 python3 -m validation checks > "$OUT/checks.txt" 2>&1
 for level in ${LEVELS:-quick}; do
-  if [ "$level" = quick ]; then
+  if [ "$level" = quick ] && [ "${REPEAT:-1}" = 1 ]; then
     # part 1 alone (inventory and health checks, no workloads): the "seconds" budget
     run quick part1 --only "$(python3 - <<'PY'
 from validation.checks.registry import all_checks
@@ -37,7 +38,11 @@ print(",".join(n for n, c in all_checks().items() if "torch" not in c.needs))
 PY
 )"
   fi
-  run "$level" "$level"
+  if [ "${REPEAT:-1}" = 1 ]; then
+    run "$level" "$level"
+  else
+    for i in $(seq "$REPEAT"); do run "$level" "$level-$i"; done
+  fi
 done
 tail -n 3 "$RUNS"/*.stderr
 cat "$OUT/timing.txt"
