@@ -74,7 +74,9 @@ class FakeNode:
                          f"{self._host_key.get_base64()}\n")
         self.node = Node(name="fake01", address="127.0.0.1", profile="test", platform="",
                          fabric="", user="tester", port=port, key_file=str(key_file),
-                         known_hosts=str(known), sysroot="/", lab=True)
+                         known_hosts=str(known), sysroot="/", lab=True,
+                         # the suite runs on this machine: its hostname is the node's
+                         hostname=socket.gethostname())
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="fake-node-accept").start()
 

@@ -34,7 +34,12 @@ def hw_run(tmp_path_factory) -> tuple[dict, dict]:
     proc, result = run_suite(node, tmp / "out", PROFILE, site, "--only",
                              ",".join(HARDWARE_CHECKS))
     assert proc.returncode == 0 and result["outcome"] == "PASS", proc.stderr[-2000:]
+    EVIDENCE["artifacts"] = tmp / "out" / "artifacts"
     return result, site
+
+
+# the artifacts the real run cites, fetched beside every node's result as the session does
+EVIDENCE: dict[str, Path] = {}
 
 
 def _run(tmp: Path, results: dict[str, dict | None], site: dict, only=None) -> RunDir:
@@ -48,6 +53,8 @@ def _run(tmp: Path, results: dict[str, dict | None], site: dict, only=None) -> R
         paths = run.prepare_node(name)
         if res is not None:
             paths.result.write_text(json.dumps({**res, "node": name}))
+            if "artifacts" in EVIDENCE:
+                shutil.copytree(EVIDENCE["artifacts"], paths.artifacts, dirs_exist_ok=True)
     return run
 
 
@@ -109,6 +116,7 @@ def test_non_finite_numbers_become_null_and_fail(tmp_path, hw_run):
     text = text.replace(json.dumps(temp), json.dumps({**temp, "value": 1.5}).replace(
         "1.5", "NaN"), 1)
     run.paths("gpu01").result.write_text(text)
+    shutil.copytree(EVIDENCE["artifacts"], run.paths("gpu01").artifacts)
     j = judge_run(run)["gpu01"]
     assert any("non-finite" in p for p in j["problems"])
     assert j["outcome"] == "FAIL"
