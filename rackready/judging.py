@@ -6,8 +6,12 @@ site settings it shipped, requires the level's complete set of checks, and
 decides once per node:
 
     INCOMPLETE  no usable result, a result for another node/profile/level/bundle,
-                or checks of the planned set that never reported
-    FAIL        any verdict failed (node or fleet)
+                an INCOMPLETE finding (rackready.integrity: the session did not end
+                normally, evidence missing or altered, a replayed result, another
+                machine's or a GPU seen twice), or checks of the planned set that
+                never reported
+    FAIL        a FAIL finding (the node's own evidence shows a fault) or any
+                verdict failed (node, fleet or rack)
     PARTIAL     a narrowed run (--only, a GPU subset): never an acceptance
     PASS        everything planned was measured and every verdict passed
 
