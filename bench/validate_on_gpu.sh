@@ -25,8 +25,9 @@ run() {  # run LEVEL NAME [extra args]
       --level "$level" --out "$RUNS/$name/$(hostname)" ${SITE:+--site "$SITE"} "$@" > "$RUNS/$name.stdout" 2> "$RUNS/$name.stderr"
   local rc=$?
   echo "$name: level=$level rc=$rc wall=$((SECONDS - t0)) s" | tee -a "$OUT/timing.txt"
-  # results and events only: workload logs can exceed what comes back
-  tar -C "$RUNS" --exclude="artifacts/workloads" -czf "$OUT/$name.tar.gz" "$name"
+  # results and events only: workload logs and the reference job's checkpoint exceed what
+  # comes back
+  tar -C "$RUNS" --exclude="artifacts/workloads" --exclude="ckpt" -czf "$OUT/$name.tar.gz" "$name"
 }
 python3 -m validation checks > "$OUT/checks.txt" 2>&1
 for level in ${LEVELS:-quick}; do

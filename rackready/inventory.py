@@ -60,6 +60,10 @@ class Node:
     validation_site: dict | None = None  # rackready_validation_site: extra settings for the suite
     # rackready_validation_without: needs this host cannot have (reported not applicable)
     validation_without: tuple[str, ...] = ()
+    # rackready_hostname: the node's own hostname where it is not its inventory name
+    hostname: str = ""
+    # rackready_gpu_serials: the GPU board serials this node must report (optional)
+    gpu_serials: tuple[str, ...] = ()
     # connection facts beyond user/port/key (see connection_facts)
     become: bool = False  # ansible_become: the suite runs as root through `sudo -n`
     jump: Hop | None = None  # ProxyJump from ansible_ssh_common_args / _extra_args
@@ -314,12 +318,23 @@ def _node(name: str, v: dict, path: Path) -> Node:
         rdma_devices=tuple(str(d) for d in v.get("rdma_network_mlx_devices") or ()),
         validation_site=dict(v.get("rackready_validation_site") or {}),
         validation_without=tuple(str(n) for n in v.get("rackready_validation_without") or ()),
+        hostname=fact.text("rackready_hostname", ""),
+        gpu_serials=_serials(str(name), v.get("rackready_gpu_serials")),
         provisioned=provisioned(v, path, str(name)),
         become=conn["become"],
         jump=conn["jump"],
         proxy_command=conn["proxy_command"],
         bmc=lambda: bmc_access(fact),
     )
+
+
+def _serials(host: str, value: Any) -> tuple[str, ...]:
+    """rackready_gpu_serials: a list of board serials (a person's input: one line if not)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(s, str | int) for s in value):
+        raise UserError(f"host '{host}': rackready_gpu_serials must be a list of GPU serials")
+    return tuple(str(s).strip() for s in value if str(s).strip())
 
 
 def role_default(role: str, name: str) -> str:

@@ -6,8 +6,12 @@ site settings it shipped, requires the level's complete set of checks, and
 decides once per node:
 
     INCOMPLETE  no usable result, a result for another node/profile/level/bundle,
-                or checks of the planned set that never reported
-    FAIL        any verdict failed (node or fleet)
+                an INCOMPLETE finding (rackready.integrity: the session did not end
+                normally, evidence missing or altered, a replayed result, another
+                machine's or a GPU seen twice), or checks of the planned set that
+                never reported
+    FAIL        a FAIL finding (the node's own evidence shows a fault) or any
+                verdict failed (node, fleet or rack)
     PARTIAL     a narrowed run (--only, a GPU subset): never an acceptance
     PASS        everything planned was measured and every verdict passed
 
@@ -22,6 +26,8 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from rackready import integrity as trust
+from rackready.integrity import replay_findings, session_findings
 from rackready.result_shape import MALFORMED
 from rackready.rundir import NodeResult, PlannedNode, RunDir, now_iso
 from validation.judge import component, judge, judge_fleet
@@ -172,9 +178,8 @@ def parse_checks(result: dict[str, Any], problems: list[str]) -> list[CheckResul
     return out
 
 
-def _identity_problems(ctx: _Context, result: dict[str, Any],
-                       bundle_sha256: str | None) -> list[str]:
-    """A result for another node, profile, level or bundle is not this node's result."""
+def _identity_problems(ctx: _Context, result: dict[str, Any]) -> list[str]:
+    """A result for another node, profile or level is not this node's result."""
     out = []
     if ctx.planned is None:
         return out
@@ -182,23 +187,29 @@ def _identity_problems(ctx: _Context, result: dict[str, Any],
         got = result.get(key)
         if got is not None and str(got) != str(want):
             out.append(f"result.json is for {key} {got!r}, the plan says {want!r}")
-    if bundle_sha256 and result.get("bundle_sha256") not in (None, bundle_sha256):
-        out.append("the node ran a different validation bundle than the one shipped")
-    return out
+    return out  # the bundle and this run's nonce: rackready.integrity.replay_findings
 
 
 def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[str] | None,
                node_result: NodeResult, events_result: dict[str, Any] | None = None,
                session_problem: str = "", bundle_sha256: str | None = None,
-               bmc: dict[str, Any] | None = None
+               bmc: dict[str, Any] | None = None,
+               findings: list[dict[str, str]] | None = None,
                ) -> tuple[dict[str, Any], list[CheckResult], Profile | None]:
-    """One node's judgement (see the module doc), its check results and the profile used."""
+    """One node's judgement (see the module doc), its check results and the profile used.
+
+    `findings` (rackready.integrity) are what the session, the evidence, the run's nonce
+    and the node's identity say; a session problem is one of them."""
     result = node_result.result
     source = result if result is not None else events_result
     ctx = _Context(name, planned, level, only, source)
     problems = [*node_result.problems, *ctx.problems]
     if session_problem:
         problems.insert(0, session_problem)
+    integrity = session_findings(session_problem, {}) + list(findings or [])
+    if result is not None and findings is None:  # a caller without a run directory
+        integrity += replay_findings(result, None, bundle_sha256)
+    problems += [f["problem"] for f in integrity if f["problem"] not in problems]
     results: list[CheckResult] = []
     inventory: dict[str, Any] = {}
     if source is not None:
@@ -206,7 +217,7 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
         inv = source.get("inventory")
         inventory = inv if isinstance(inv, dict) else {}
     if result is not None:
-        problems += _identity_problems(ctx, result, bundle_sha256)
+        problems += _identity_problems(ctx, result)
     oob_check = _bmc_check(planned, bmc, problems)
     if oob_check is not None:
         results.append(oob_check)
@@ -233,6 +244,7 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
         "thresholds": [t.to_dict() for t in ctx.profile.thresholds] if ctx.profile else [],
         "golden_loss": _golden_loss(results, ctx.profile),
         "problems": problems,
+        "integrity": integrity,
         "bmc": _bmc_record(bmc, oob_check),
         "limits": {"provisional_limits": "strict" if ctx.profile is not None
                    and ctx.profile.provisional_strict else "gross",
@@ -373,15 +385,22 @@ def _decide(j: dict[str, Any]) -> None:
     failing = [v for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", [])
                if v["outcome"] == "fail"]
     missing = j["scope"]["missing_checks"]
-    wrong = ("result.json is for", "the node ran a different", MALFORMED)
+    wrong = ("result.json is for", MALFORMED)
+    # the session, the evidence, this run's nonce, the node's identity (rackready.integrity)
+    held = [f for f in j.get("integrity", []) if f["outcome"] == "INCOMPLETE"]
+    faults = [f for f in j.get("integrity", []) if f["outcome"] == "FAIL"]
     if (not j["complete"] or j["profile_sha256"] is None
             or any(p.startswith(wrong) for p in j["problems"])):
         outcome = "INCOMPLETE"
         reason = j["problems"][0] if j["problems"] else "no result from the node"
+    elif held:
+        outcome, reason = "INCOMPLETE", held[0]["problem"]
     elif missing:
         outcome = "INCOMPLETE"
         reason = (f"{len(missing)} check(s) of the {j['level']} level did not report: "
                   f"{', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}")
+    elif faults:
+        outcome, reason = "FAIL", faults[0]["problem"]
     elif failing:
         outcome = "FAIL"
         first = failing[0]
@@ -439,25 +458,36 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
     judgements: dict[str, dict[str, Any]] = {}
     fleet_groups: dict[str, dict[str, list[CheckResult]]] = defaultdict(dict)
     profiles: dict[str, Profile] = {}
+    gpu_ids: dict[str, dict[str, dict[str, str]]] = {}
     for name in run.node_names():
         planned = plan.node(name) if plan else None
         node_result = run.read_result(name)
         events_result = None
+        events, bad = run.read_events(name)
         if node_result.result is None:
-            events, bad = run.read_events(name)
             if events:
                 events_result = result_from_events(events, name, node_result.problems)
             if bad:
                 node_result.problems.append(f"{bad} unusable event line(s) skipped")
         session = run.read_session(name)
+        findings = trust.node_findings(
+            run.paths(name).dir, dict(planned.identity) if planned else {}, node_result.result,
+            events, session, plan.nonces.get(name) if plan else None,
+            plan.bundle_sha256 if plan else None)
         j, results, profile = judge_node(
             name, planned, plan.level if plan else "quick", plan.only if plan else None,
             node_result, events_result, str(session.get("problem") or ""),
-            plan.bundle_sha256 if plan else None, bmc=run.read_bmc(name))
+            plan.bundle_sha256 if plan else None, bmc=run.read_bmc(name), findings=findings)
         judgements[name] = j
+        if node_result.result is not None:
+            gpu_ids[name] = trust.gpu_ids(node_result.result)
         if profile is not None and j["outcome"] in ("PASS", "FAIL") and not j["scope"]["partial"]:
             fleet_groups[j["profile_sha256"]][name] = results
             profiles[j["profile_sha256"]] = profile
+    # one GPU on two nodes: neither node's result can be believed
+    for name, found in trust.rack_identity_findings(gpu_ids).items():
+        _add_findings(judgements[name], found)
+        fleet_groups.get(judgements[name]["profile_sha256"] or "", {}).pop(name, None)
     for key, group in fleet_groups.items():
         # the reference job's curves: from two nodes up, compared step by step
         for name, vs in rack_curve_verdicts(group, profiles[key]).items():
@@ -483,6 +513,12 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
         for name, j in judgements.items():
             run.write_judgement(name, j)
     return judgements
+
+
+def _add_findings(j: dict[str, Any], found: list[dict[str, str]]) -> None:
+    j["integrity"] = [*j.get("integrity", []), *found]
+    j["problems"] += [f["problem"] for f in found if f["problem"] not in j["problems"]]
+    _decide(j)
 
 
 def rack_outcome(node_outcomes: list[str]) -> str:

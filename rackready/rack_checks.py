@@ -44,6 +44,10 @@ RDZV_PORT = 29401
 OUT = "/var/tmp/rackready-rack"
 PAIR_METRIC, RATIO_METRIC = "rack.pair_busbw", "rack.pair_busbw_vs_median"
 AR_METRIC, AR_OK_METRIC = "rack.allreduce_busbw", "rack.allreduce_correct"
+SENDER = "from"  # the node whose workload sent a record (set by the controller)
+# Both ends of a link report it; their values must agree within this fraction of the
+# larger one (honest ends share the slower end's time, so they agree exactly).
+AGREE_TOLERANCE = 0.10
 # Workload sizes: the lab moves a few MiB over one veth; real rails 64/256 MiB.
 SIZES = {"cpu": ("4M", "4M", "1", "3", "3"), "cuda": ("64M", "256M", "5", "20", "3")}
 # Seconds the whole workload may take on a node (a peer that never joins the rendezvous
@@ -140,9 +144,13 @@ def judge_group(name: str, planned: list[str], members: list[str],
                 expected_rails: dict[str, int]) -> dict[str, Any]:
     """One fabric's rack-level judgement from the workload's measurements."""
     problems = list(problems)
-    pairs = [r for r in records if r.get("name") == PAIR_METRIC]
-    ar = next((r for r in records if r.get("name") == AR_METRIC), None)
-    ar_ok = next((r for r in records if r.get("name") == AR_OK_METRIC), None)
+    pairs = agreed_links(records, members, problems)
+    # the all_reduce's numbers come from rank 0, the first member (the rendezvous host)
+    lead = members[0] if members else None
+    ar = next((r for r in records if r.get("name") == AR_METRIC and r.get(SENDER) == lead),
+              None)
+    ar_ok = next((r for r in records
+                  if r.get("name") == AR_OK_METRIC and r.get(SENDER) == lead), None)
     rows: list[dict[str, Any]] = []
     carried = [r for r in pairs if not r["labels"].get("refused")]
     median = statistics.median(float(r["value"]) for r in carried) if carried else None
@@ -214,6 +222,62 @@ def judge_group(name: str, planned: list[str], members: list[str],
             "outcome": outcome, "outcome_reason": one_line(reason, 300),
             "median_rail_gbps": median, "allreduce": allreduce, "pairs": rows,
             "suspects": suspects(rows), "problems": problems}
+
+
+def _link(rec: dict[str, Any]) -> tuple[str, str, str]:
+    lb = rec["labels"]
+    a, b = sorted((str(lb["node_a"]), str(lb["node_b"])))
+    return a, b, str(lb["rail"])
+
+
+def _agree(x: dict[str, Any], y: dict[str, Any]) -> bool:
+    """Both ends say the same: both refused, or both carried within AGREE_TOLERANCE."""
+    rx, ry = bool(x["labels"].get("refused")), bool(y["labels"].get("refused"))
+    if rx or ry:
+        return rx and ry
+    vx, vy = float(x["value"]), float(y["value"])
+    return abs(vx - vy) <= AGREE_TOLERANCE * max(abs(vx), abs(vy))
+
+
+def agreed_links(records: list[dict[str, Any]], members: list[str],
+                 problems: list[str]) -> list[dict[str, Any]]:
+    """The pair records that can be judged: for each link, the reports of its two ends
+    (a record from any other node is dropped and counted), both present and agreeing.
+    A link one end reports alone, or the ends disagree on, is named in `problems` (the
+    fabric is then INCOMPLETE) and judged for neither end: one node's word never fails
+    its peer. An agreed link carries the lower of the two values."""
+    pairs = [r for r in records if r.get("name") == PAIR_METRIC]
+    by_link: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    foreign = 0
+    for r in pairs:
+        a, b, rail = _link(r)
+        sender = r.get(SENDER)
+        if a not in members or b not in members or sender not in (a, b) or a == b:
+            foreign += 1
+            continue
+        by_link.setdefault((a, b, rail), {}).setdefault(sender, r)
+    if foreign:
+        problems.append(f"{foreign} link record(s) dropped: sent by a node that is not an "
+                        "end of the link, or about a node that did not take part")
+    out = []
+    for (a, b, rail), ends in sorted(by_link.items()):
+        if len(ends) < 2:
+            (alone,) = ends
+            other = b if alone == a else a
+            problems.append(f"{a} <-> {b} rail {rail}: only {alone} reported it; "
+                            f"{other} sent nothing for the link")
+        elif not _agree(ends[a], ends[b]):
+            problems.append(f"{a} <-> {b} rail {rail}: the ends disagree ({a}: "
+                            f"{_said(ends[a])}, {b}: {_said(ends[b])}; tolerance "
+                            f"{AGREE_TOLERANCE:.0%})")
+        else:
+            out.append(min(ends.values(), key=lambda r: float(r["value"])))
+    return out
+
+
+def _said(rec: dict[str, Any]) -> str:
+    refused = rec["labels"].get("refused")
+    return f"refused ({one_line(str(refused), 60)})" if refused else f"{rec['value']} GB/s"
 
 
 def suspects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -419,7 +483,8 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
             code, text, _ = ssh.run(clients[n], build_remote_command(
                 f"cat {OUT}/rack_nccl.rank*.jsonl 2>/dev/null", become=nodes[n].become))
             (folder / f"{_safe(n)}.jsonl").write_text(text, encoding="utf-8")
-            records += parse_records(text, problems, n)
+            # who sent each record: a link is judged only from its own two ends
+            records += [{**r, SENDER: n} for r in parse_records(text, problems, n)]
     finally:
         for c in clients.values():
             c.close()

@@ -26,7 +26,7 @@ MALFORMED = "result.json malformed"
 CHECK_STATUSES = ("ok", "skipped", "error", "timeout", "interrupted")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TEXT_KEYS = ("run_id", "node", "hostname", "profile", "level", "started", "finished",
-              "resumed_at")
+              "resumed_at", "nonce")
 OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 _MAX_DETAILS = 5  # problems named one by one; the rest are counted
 

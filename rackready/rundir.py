@@ -61,6 +61,9 @@ class PlannedNode:
     profile: str
     site: dict[str, Any] = field(default_factory=dict)
     without: tuple[str, ...] = ()
+    # what the inventory says the node is, checked against what it reports and never
+    # shipped to it: {"hostnames": [...], "gpu_serials": [...]} (rackready.integrity)
+    identity: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,6 +78,9 @@ class Plan:
     bundle_sha256: str | None = None
     operator: dict[str, Any] = field(default_factory=dict)
     resumed_at: list[str] = field(default_factory=list)
+    # node -> the controller's token for its latest attempt: the node echoes it, so a
+    # result replayed from another run (or attempt) is told apart (rackready.integrity)
+    nonces: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -88,7 +94,8 @@ class Plan:
             if isinstance(n, str):  # run.json of earlier versions listed names only
                 n = {"name": n, "profile": ""}
             nodes.append(PlannedNode(str(n["name"]), str(n.get("profile") or ""),
-                                     dict(n.get("site") or {}), tuple(n.get("without") or ())))
+                                     dict(n.get("site") or {}), tuple(n.get("without") or ()),
+                                     dict(n.get("identity") or {})))
         only = d.get("only")
         return cls(run_id=str(d["run_id"]), inventory=d.get("inventory"),
                    level=str(d.get("level") or "quick"),
@@ -96,7 +103,9 @@ class Plan:
                    started=d.get("started"), finished=d.get("finished"),
                    bundle_sha256=d.get("bundle_sha256"),
                    operator=dict(d.get("operator") or {}),
-                   resumed_at=list(d.get("resumed_at") or []))
+                   resumed_at=list(d.get("resumed_at") or []),
+                   nonces={str(k): str(v) for k, v in (d.get("nonces") or {}).items()}
+                   if isinstance(d.get("nonces"), dict) else {})
 
     def node(self, name: str) -> PlannedNode | None:
         return next((n for n in self.nodes if n.name == name), None)

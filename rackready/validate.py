@@ -12,6 +12,7 @@ written. Whatever one node does, the others are judged and reported.
 from __future__ import annotations
 
 import json
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,8 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     plan = run.plan
     assert plan is not None
     plan.bundle_sha256 = digest
+    # a fresh token per node and attempt: a result kept from an earlier run never echoes it
+    plan.nonces.update({n.name: secrets.token_hex(16) for n in targets})
     run.save_plan()
     board = Board([n.name for n in targets], judges=_board_judges(plan))
     runs = [NodeRun(n) for n in targets]
@@ -144,7 +147,15 @@ def _planned(n: inventory.Node, overlays: Path | None = None) -> PlannedNode:
         check_overlay(overlay_path(overlays, n.profile), overlay, profile)  # type: ignore[arg-type]
         site["calibration"] = overlay
     return PlannedNode(name=n.name, profile=n.profile, site=site,
-                       without=tuple(n.validation_without))
+                       without=tuple(n.validation_without), identity=_identity(n))
+
+
+def _identity(n: inventory.Node) -> dict:
+    """What the node's result must say about itself (rackready.integrity): its hostname
+    (rackready_hostname, else its inventory name or address) and, where the inventory
+    lists them, its GPU serials. Kept on the controller, never shipped to the node."""
+    hosts = [n.hostname] if n.hostname else [n.name, n.address]
+    return {"hostnames": [h for h in hosts if h], "gpu_serials": list(n.gpu_serials)}
 
 
 def _overlays(inv: str) -> Path | None:
@@ -230,7 +241,7 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
             site_yaml=yaml.safe_dump(_site(node)),
             command_args=_suite_args(node, level, extra),
             env={"PYTHONUNBUFFERED": "1", "RACKREADY_BUNDLE_SHA256": bundle_payload[1],
-                 **_nccl_env(node)},
+                 "RACKREADY_RUN_NONCE": run.plan.nonces[node.name], **_nccl_env(node)},
             python=f"{_venv(node)}/bin/python",
             remote_base=NODE_BASE,
             run_id=run.plan.run_id,

@@ -78,7 +78,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run_suite(profile, args.level, out, sysroot, _site(args.site),
                            _csv(args.only) or None,
                            bundle_sha256=os.environ.get("RACKREADY_BUNDLE_SHA256"),
-                           resume=previous)
+                           resume=previous,
+                           # the controller's token for this run, echoed back (replay check)
+                           nonce=os.environ.get("RACKREADY_RUN_NONCE") or None)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     fails = [v for v in result["verdicts"] if v["outcome"] == "fail"]

@@ -157,12 +157,15 @@ def _sha256(path: Path) -> str:
 def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/"),
               site: dict[str, Any] | None = None, only: list[str] | None = None,
               stdout: TextIO = sys.stdout, bundle_sha256: str | None = None,
-              resume: PreviousRun | None = None) -> dict[str, Any]:
+              resume: PreviousRun | None = None, nonce: str | None = None) -> dict[str, Any]:
     """Run the suite and return the result dict (also written to out/result.json).
 
     With `resume` (resume.read_previous of out, checked by resume.check_resumable) the
     interrupted run continues: its finished checks are re-emitted with "resumed": true
     and not run again, its start-of-run health counters stand, the rest runs.
+
+    `nonce` is the controller's token for this run, echoed in result.json and the
+    run_started event so a result replayed from another run is told apart.
     """
     site = dict(site or {})
     checks = select_checks(level, only)
@@ -189,7 +192,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
         start_event: dict[str, Any] = {
             "event": "run_started", "ts": now, "run_id": run_id, "node": node,
             "profile": profile.name, "level": level, "simulated": profile.simulated,
-            "scope": profile.scope, "only": list(only) if only else None}
+            "scope": profile.scope, "only": list(only) if only else None, "nonce": nonce}
         if resume is not None:
             start_event.update(resumed=True, first_started=started, resumed_at=resumed_at)
         ctx.emit(start_event)
@@ -247,6 +250,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                                   "nvidia_driver": _inventory(results).get(
                                       "gpu_driver_version")},
                 "bundle_sha256": bundle_sha256,
+                "nonce": nonce,
                 "inventory": _inventory(results),
                 "checks": [r.to_dict() for r in results],
                 "verdicts": [v.to_dict() for v in verdicts],

@@ -4,7 +4,9 @@ Every planned node gets a NodeRun, including one that never reported (its
 result is an empty skeleton, its judgement says why). A node whose result.json
 is missing or unreadable is rebuilt from its event stream (the checks that
 finished before it dropped). The outcome is never decided here: it comes from
-the node's judgement.json (rackready.judging), judged now when absent.
+the node's judgement.json (rackready.judging) in a controller's run directory, judged
+now when absent; a bare node folder is always judged now (its judgement.json, if any,
+came from the node).
 
 Layouts accepted:
   DIR/run.json + DIR/<node>/{result.json,events.jsonl,artifacts/}  (invoke validate)
@@ -61,8 +63,11 @@ def load_run(run_dir: Path) -> RunData:
             f"no node results in {run_dir}: expected {run_dir}/<node>/result.json "
             "or events.jsonl"
         )
-    judgements = {n: run.read_judgement(n) for n in names}
-    if not all(judgements.values()):
+    # A bare node folder (no run.json) holds only what the node wrote: a judgement.json
+    # there is the node's word, never the controller's, so it is judged here, always.
+    judgements = ({n: run.read_judgement(n) for n in names} if run.plan is not None
+                  else {})
+    if not judgements or not all(judgements.values()):
         judgements = judge_run(run, write=False)
     nodes = [_load_node(run, n, judgements[n]) for n in names]
     return RunData(path=Path(run_dir), run=_run_info(run, nodes), nodes=nodes)

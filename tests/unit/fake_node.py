@@ -12,6 +12,9 @@ Hostile touches a test can switch on:
     deny_writes = True                  SFTP writes answer "permission denied"
     denied.add(path)                    SFTP answers "permission denied" for that path
     corrupt_uploads = True              every uploaded byte string arrives altered
+    after_exec = fn(command, channel)   called when a command's process has ended, before
+                                        its exit status: a node that rewrites its own
+                                        files or prints more after the suite ran
 
 As a jump host: forwarding = True accepts "direct-tcpip" channels (ssh -J, ProxyJump)
 and connects them to the destination; forwarded records every destination asked for.
@@ -52,6 +55,7 @@ class FakeNode:
         self.deny_writes = False
         self.denied: set[str] = set()  # paths SFTP answers "permission denied" for
         self.corrupt_uploads = False
+        self.after_exec: Callable[[str, paramiko.Channel], None] | None = None
         self.procs: list[subprocess.Popen] = []
         self.allowed = [f"{self.root}/"]  # SFTP serves paths under these prefixes only
         self.transports: list[paramiko.Transport] = []
@@ -74,7 +78,9 @@ class FakeNode:
                          f"{self._host_key.get_base64()}\n")
         self.node = Node(name="fake01", address="127.0.0.1", profile="test", platform="",
                          fabric="", user="tester", port=port, key_file=str(key_file),
-                         known_hosts=str(known), sysroot="/", lab=True)
+                         known_hosts=str(known), sysroot="/", lab=True,
+                         # the suite runs on this machine: its hostname is the node's
+                         hostname=socket.gethostname())
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="fake-node-accept").start()
 
@@ -144,6 +150,8 @@ class FakeNode:
         rc = proc.wait()
         for p in pumps:
             p.join()
+        if self.after_exec is not None:
+            self.after_exec(command, channel)
         finish(channel, rc if rc >= 0 else 128 - rc)
 
     def path(self, remote: str | bytes) -> str:

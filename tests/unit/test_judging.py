@@ -8,6 +8,7 @@ what the controller decides (rackready.judging) and what every report says.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -34,7 +35,12 @@ def hw_run(tmp_path_factory) -> tuple[dict, dict]:
     proc, result = run_suite(node, tmp / "out", PROFILE, site, "--only",
                              ",".join(HARDWARE_CHECKS))
     assert proc.returncode == 0 and result["outcome"] == "PASS", proc.stderr[-2000:]
+    EVIDENCE["artifacts"] = tmp / "out" / "artifacts"
     return result, site
+
+
+# the artifacts the real run cites, fetched beside every node's result as the session does
+EVIDENCE: dict[str, Path] = {}
 
 
 def _run(tmp: Path, results: dict[str, dict | None], site: dict, only=None) -> RunDir:
@@ -48,6 +54,8 @@ def _run(tmp: Path, results: dict[str, dict | None], site: dict, only=None) -> R
         paths = run.prepare_node(name)
         if res is not None:
             paths.result.write_text(json.dumps({**res, "node": name}))
+            if "artifacts" in EVIDENCE:
+                shutil.copytree(EVIDENCE["artifacts"], paths.artifacts, dirs_exist_ok=True)
     return run
 
 
@@ -109,6 +117,7 @@ def test_non_finite_numbers_become_null_and_fail(tmp_path, hw_run):
     text = text.replace(json.dumps(temp), json.dumps({**temp, "value": 1.5}).replace(
         "1.5", "NaN"), 1)
     run.paths("gpu01").result.write_text(text)
+    shutil.copytree(EVIDENCE["artifacts"], run.paths("gpu01").artifacts)
     j = judge_run(run)["gpu01"]
     assert any("non-finite" in p for p in j["problems"])
     assert j["outcome"] == "FAIL"
@@ -256,3 +265,35 @@ def test_a_torn_run_plan_is_one_line(tmp_path):
         RunDir.open(tmp_path)
     assert "\n" not in str(e.value)
     shutil.rmtree(tmp_path)
+
+
+def _serials(res: dict) -> list[dict]:
+    return [m for c in res["checks"] for m in c["measurements"] if m["name"] == "gpu.serial"]
+
+
+def test_gpu_identity_is_cross_checked(tmp_path, hw_run):
+    result, site = hw_run
+    # one node reports the same serial for two GPUs
+    twin = copy.deepcopy(result)
+    first, second = _serials(twin)[:2]
+    second["value"] = first["value"]
+    j = judge_run(_run(tmp_path / "a", {"gpu01": twin}, site, only=list(HARDWARE_CHECKS)))
+    assert j["gpu01"]["outcome"] == "INCOMPLETE"
+    assert f"GPU serial {first['value']} reported for GPUs" in j["gpu01"]["outcome_reason"]
+    # two nodes report the same GPUs: neither is believed, each names the other
+    j = judge_run(_run(tmp_path / "b", {"gpu01": result, "gpu02": result}, site,
+                       only=list(HARDWARE_CHECKS)))
+    assert [j[n]["outcome"] for n in ("gpu01", "gpu02")] == ["INCOMPLETE", "INCOMPLETE"]
+    assert "also reported by gpu02" in j["gpu01"]["outcome_reason"]
+    assert "also reported by gpu01" in j["gpu02"]["outcome_reason"]
+    # the inventory lists the serials (rackready_gpu_serials): a swapped GPU fails
+    run = _run(tmp_path / "c", {"gpu01": result}, site, only=list(HARDWARE_CHECKS))
+    want = [str(m["value"]) for m in _serials(result)]
+    run.plan.nodes = [dataclasses.replace(run.plan.nodes[0],
+                                          identity={"gpu_serials": ["1653999999999", *want[1:]]})]
+    j = judge_run(run)["gpu01"]
+    assert j["outcome"] == "FAIL", j["outcome_reason"]
+    assert "differ from rackready_gpu_serials" in j["outcome_reason"]
+    assert f"serial {want[0]}" in j["outcome_reason"] and "1653999999999" in j["outcome_reason"]
+    run.plan.nodes = [dataclasses.replace(run.plan.nodes[0], identity={"gpu_serials": want})]
+    assert judge_run(run)["gpu01"]["outcome"] == "PARTIAL"  # the honest node

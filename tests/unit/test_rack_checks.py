@@ -94,9 +94,24 @@ def _ar(value, ok=True):
             {"name": "rack.allreduce_correct", "value": ok, "unit": "", "labels": lab}]
 
 
+def _both(records, lead="n1"):
+    """As the controller tags them: a link's record from each of its ends, the
+    all_reduce's from the first member (rank 0); records already tagged stay."""
+    out = []
+    for r in records:
+        if rc.SENDER in r:
+            out.append(r)
+        elif r["name"] == rc.PAIR_METRIC:
+            out += [{**r, rc.SENDER: r["labels"][end]} for end in ("node_a", "node_b")]
+        else:
+            out.append({**r, rc.SENDER: lead})
+    return out
+
+
 def _judge(records, members=("n1", "n2", "n3"), floors=LAB, rails=2, left_out=()):
     planned = list(members) + [n["node"] for n in left_out]
-    return rc.judge_group("fab", planned, list(members), list(left_out), records,
+    return rc.judge_group("fab", planned, list(members), list(left_out),
+                          _both(records, members[0]),
                           {n: floors for n in planned}, [], {n: rails for n in planned})
 
 
@@ -193,6 +208,47 @@ def test_records_from_the_node_are_untrusted():
     assert recs == [] and problems == ["a: 2 unusable rack measurement line(s) skipped"]
 
 
+def test_a_link_is_judged_only_from_its_two_agreeing_ends():
+    # n3 forges: a record claiming n1 <-> n2 rail 0 is down, and one about a non-member
+    forged = [{**_pair("n1", "n2", 0, 0.0, "n2 mlx5_0 port Down"), rc.SENDER: "n3"},
+              {**_pair("n1", "n9", 0, 0.0, "n9 mlx5_0 port Down"), rc.SENDER: "n1"}]
+    g = _judge(_healthy() + forged + _ar(0.4))
+    assert rc.node_verdicts({"groups": [g]}) == {}  # the honest n1 and n2 do not fail
+    assert all(p["outcome"] == "pass" for p in g["pairs"]) and len(g["pairs"]) == 6
+    # the forgery is counted; a fabric that was sent forged records does not pass
+    assert g["outcome"] == "INCOMPLETE" and "2 link record(s) dropped" in g["outcome_reason"]
+    # one end claims its peer's port is down, the peer carried the link: nobody fails,
+    # the disagreement names both nodes, the fabric cannot pass
+    recs = [r for r in _both(_healthy()) if not (
+        rc._link(r) == ("n1", "n2", "0") and r[rc.SENDER] == "n1")]
+    recs.append({**_pair("n1", "n2", 0, 0.0, "n2 mlx5_0 port Down"), rc.SENDER: "n1"})
+    g = _judge(recs + _ar(0.4))
+    assert g["outcome"] == "INCOMPLETE" and rc.node_verdicts({"groups": [g]}) == {}
+    assert any("n1 <-> n2 rail 0: the ends disagree" in p and "tolerance 10%" in p
+               for p in g["problems"])
+    # a link only one end reports is not judged; the median spans judged links only
+    lone = [r for r in _both(_healthy(value=0.5)) if not (
+        rc._link(r) == ("n2", "n3", "1") and r[rc.SENDER] == "n3")]
+    lone = [{**r, "value": 50.0} if rc._link(r) == ("n2", "n3", "1") else r for r in lone]
+    g = _judge(lone + _ar(0.4))
+    assert g["outcome"] == "INCOMPLETE" and g["median_rail_gbps"] == 0.5
+    assert any("only n2 reported it" in p for p in g["problems"])
+    # within the tolerance the ends agree and the lower value is judged
+    near = [{**r, "value": 0.46} if rc._link(r) == ("n1", "n3", "0") and r[rc.SENDER] == "n3"
+            else r for r in _both(_healthy())]
+    g = _judge(near + _ar(0.4))
+    assert g["outcome"] == "PASS"
+    assert [p["value"] for p in g["pairs"] if (p["node_a"], p["rail"]) == ("n1", 0)
+            and "n3" in (p["node_b"],)] == [0.46]
+
+
+def test_the_all_reduce_counts_only_from_the_first_member():
+    forged = [{**r, rc.SENDER: "n2"} for r in _ar(0.4, ok=False)]
+    g = rc.judge_group("fab", ["n1", "n2"], ["n1", "n2"], [], _both(_healthy(("n1", "n2")))
+                       + forged, {"n1": LAB, "n2": LAB}, [], {"n1": 2, "n2": 2})
+    assert g["outcome"] == "INCOMPLETE" and "all_reduce" in g["outcome_reason"]
+
+
 def test_groups_by_fabric_and_leaves_out_with_a_reason():
     plan = SimpleNamespace(nodes=[
         SimpleNamespace(name="a", site={"fabric": "ib"}),
@@ -259,12 +315,19 @@ def test_workload_on_two_cpu_processes_refuses_the_down_rail(tmp_path):
     problems: list[str] = []
     recs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
                             problems, "na")
+    # the other end reports every link too, with the same (slower end's) rate
+    theirs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank1.jsonl").read_text(),
+                              problems, "nb")
     assert problems == []
+    assert ([(r["labels"]["rail"], r["value"]) for r in theirs]
+            == [(r["labels"]["rail"], r["value"]) for r in recs if r["name"] == rc.PAIR_METRIC])
     pairs = {r["labels"]["rail"]: r for r in recs if r["name"] == "rack.pair_busbw"}
     assert pairs["0"]["value"] > 0 and "refused" not in pairs["0"]["labels"]
     assert pairs["1"]["value"] == 0.0 and pairs["1"]["labels"]["refused"] == "nb mlx5_1 port Down"
     assert [r["value"] for r in recs if r["name"] == "rack.allreduce_correct"] == [True]
-    g = rc.judge_group("f", ["na", "nb"], ["na", "nb"], [], recs, {"na": LAB, "nb": LAB}, [],
+    tagged = ([{**r, rc.SENDER: "na"} for r in recs]
+              + [{**r, rc.SENDER: "nb"} for r in theirs])
+    g = rc.judge_group("f", ["na", "nb"], ["na", "nb"], [], tagged, {"na": LAB, "nb": LAB}, [],
                        {"na": 2, "nb": 2})
     assert g["outcome"] == "FAIL" and g["suspects"][0]["node"] == "nb"
 
@@ -282,7 +345,8 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02")])
     recs = [_pair("gpu01", "gpu02", 0, 0.0, "gpu02 mlx5_0 port Down"),
             _pair("gpu01", "gpu02", 1, 0.8)] + _ar(0.4)
-    g = rc.judge_group("lab-network", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [], recs,
+    g = rc.judge_group("lab-network", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [],
+                       _both(recs, "gpu01"),
                        {"gpu01": LAB, "gpu02": LAB}, [], {"gpu01": 2, "gpu02": 2})
     (run / rc.RACK_DIRNAME).mkdir()
     (run / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [g]}))

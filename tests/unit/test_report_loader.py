@@ -109,3 +109,20 @@ def test_artifacts_are_hashed_on_disk(tmp_path: Path) -> None:
     # sha256 of the four bytes "<x/>", computed independently
     import hashlib
     assert node.artifact_files == {"artifacts/smi.xml": hashlib.sha256(b"<x/>").hexdigest()}
+
+
+def test_a_bare_node_folder_with_its_own_judgement_is_judged_again(tmp_path: Path) -> None:
+    # a failing result and a forged PASS judgement "by: controller" beside it
+    res = result("gpu01")
+    gpu0 = next(m for c in res["checks"] for m in c["measurements"]
+                if m["name"] == "gpu.count")
+    gpu0["value"] = 3
+    d = write_node(tmp_path, res)
+    forged = json.loads((d / "judgement.json").read_text())
+    forged.update(outcome="PASS", outcome_reason="", by="controller",
+                  verdicts=[{**v, "outcome": "pass"} for v in forged["verdicts"]])
+    (d / "judgement.json").write_text(json.dumps(forged))
+    node = load_run(tmp_path).nodes[0]
+    assert node.judgement["outcome"] != "PASS", node.judgement["outcome_reason"]
+    assert any(v["metric"] == "gpu.count" and v["outcome"] == "fail"
+               for v in node.judgement["verdicts"])

@@ -9,6 +9,7 @@ and the run exits 1.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import socket
 import sys
@@ -37,6 +38,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+NODES: dict[str, FakeNode] = {}  # the fixture's nodes, for tests that make one lie
+
+
 @pytest.fixture
 def rack(tmp_path, monkeypatch):
     sim = make_node(tmp_path / "sim", "xe9680-h200", "gpu01", "roce")
@@ -60,6 +64,7 @@ def rack(tmp_path, monkeypatch):
     }
     monkeypatch.setattr(validate, "_load", lambda inv: list(nodes.values()))
     monkeypatch.setattr(validate, "_find", lambda name, inv: nodes[name])
+    NODES["good"] = good
     yield tmp_path
     good.close()
     bad.close()
@@ -124,3 +129,64 @@ def test_resume_sets_aside_only_the_nodes_it_reaches(rack):
     assert (out / "gpu03" / "session.json").read_bytes() != unreachable  # a new attempt
     assert json.loads((out / "run.json").read_text())["resumed_at"]
     assert Path(out / "report" / "rack.json").is_file()
+
+
+# --- a node that lies after its suite ran: it edits its files or streams more ---------
+
+def _edit_result(change):
+    def edit(out: Path, channel: paramiko.Channel) -> None:
+        res = json.loads((out / "result.json").read_text())
+        change(res, out)
+        (out / "result.json").write_text(json.dumps(res))
+    return edit
+
+
+def _symlink(out: Path, channel: paramiko.Channel) -> None:
+    (out / "artifacts" / "passwd").symlink_to("/etc/passwd")
+
+
+def _cite_missing(res: dict, out: Path) -> None:
+    res["artifacts"].update({f"artifacts/raw/{i}.txt": "0" * 64 for i in range(49)})
+
+
+def _cite_wrong_hash(res: dict, out: Path) -> None:
+    (out / "artifacts" / "smi.txt").write_text("what the node fetched")
+    res["artifacts"]["artifacts/smi.txt"] = hashlib.sha256(b"what it claimed").hexdigest()
+
+
+def _stream_error(out: Path, channel: paramiko.Channel) -> None:
+    res = json.loads((out / "result.json").read_text())
+    check = next(c for c in res["checks"] if c["check"] == "kernel.cmdline")
+    event = {"event": "check_finished", "check": "kernel.cmdline",
+             "result": {**check, "status": "error", "message": "Xid 79 on GPU 3"}}
+    channel.sendall((json.dumps(event) + "\n").encode())
+
+
+@pytest.mark.parametrize("lie, outcome, words", [
+    (_symlink, "INCOMPLETE", "refused"),
+    (_edit_result(_cite_missing), "INCOMPLETE", "49 of "),
+    (_edit_result(_cite_wrong_hash), "INCOMPLETE", "differ from the sha256"),
+    (_edit_result(lambda r, o: r.pop("nonce")), "INCOMPLETE", "this run's nonce"),
+    (_edit_result(lambda r, o: r.update(nonce="0" * 32)), "INCOMPLETE", "another run's"),
+    (_edit_result(lambda r, o: r.pop("bundle_sha256")), "INCOMPLETE", "no bundle_sha256"),
+    (_edit_result(lambda r, o: r.update(hostname="gpu77")), "INCOMPLETE", "from host 'gpu77'"),
+    (_stream_error, "FAIL", "kernel.cmdline: error in the live stream"),
+], ids=["refused-artifact", "cited-missing", "cited-mismatch", "no-nonce", "replayed-nonce",
+        "no-bundle", "wrong-hostname", "stream-error-result-ok"])
+def test_a_lying_node_is_never_believed(rack, lie, outcome, words):
+    def after(command: str, channel: paramiko.Channel) -> None:
+        if " validation run " in command:  # the suite, not a preparation command
+            (out,) = (rack / "good" / "base" / "runs").glob("*/out")
+            lie(out, channel)
+
+    NODES["good"].after_exec = after
+    out = rack / "run"
+    code = validate.run_validation(node="gpu01", inventory="test", level="quick",
+                                   out=str(out), formats="json",
+                                   only="gpu.inventory,kernel.cmdline")
+    j = json.loads((out / "gpu01" / "judgement.json").read_text())
+    assert code == 1
+    assert j["outcome"] == outcome and words in j["outcome_reason"], j["outcome_reason"]
+    assert any(f["outcome"] == outcome and words in f["problem"] for f in j["integrity"])
+    node = json.loads((out / "report" / "node-gpu01.json").read_text())
+    assert node["outcome"] == outcome

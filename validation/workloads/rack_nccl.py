@@ -138,6 +138,14 @@ def _exchange(d: Dist, peer: int, send: torch.Tensor, recv: torch.Tensor, repeat
             r.wait()
 
 
+def _slower(d: Dist, peer: int, t: float) -> float:
+    """The slower end's time, so both ends of an honest link report the same rate."""
+    mine = torch.tensor([t], dtype=torch.float64, device=d.device)
+    theirs = torch.empty_like(mine)
+    _exchange(d, peer, mine, theirs, 1)
+    return max(t, float(theirs.item()))
+
+
 def all_reduce_step(d: Dist, sink: Sink, size: int, nodes: list[str], warmup: int,
                     iters: int, repeats: int) -> None:
     numel = size // 4
@@ -187,16 +195,16 @@ def pairwise_step(d: Dist, sink: Sink, info: list[dict[str, Any]], per_node: int
                 "size_bytes": send.numel() * 4, "round": k}
             if simulated:
                 labels["simulated"] = "gloo over the lab network, gated by hwsim port state"
+            # both ends report the link: the controller judges it only when they agree
             if why:
-                if me == a:
-                    sink.emit("rack.pair_busbw", 0.0, "GB/s", **labels, refused=why)
+                sink.emit("rack.pair_busbw", 0.0, "GB/s", **labels, refused=why)
                 continue
             rep = slowdown(ra, rb, line_rate) if simulated else 1
             t = median_time(d, lambda peer=peer, rep=rep: _exchange(d, peer, send, recv, rep),
                             warmup=warmup, iters=iters, repeats=repeats)
-            if me == a:
-                sink.emit("rack.pair_busbw", round(algbw_gbps(send.numel() * 4, t), 4),
-                          "GB/s", **labels)
+            t = _slower(d, peer, t)
+            sink.emit("rack.pair_busbw", round(algbw_gbps(send.numel() * 4, t), 4),
+                      "GB/s", **labels)
     dist.barrier()
 
 
