@@ -22,11 +22,10 @@ import yaml
 from rackready import bundle, inventory, node_session, ssh
 from rackready.calibration import check_overlay, overlay_path, read_overlay
 from rackready.errors import UserError
-from rackready.judging import load_judging_profile
 from rackready.progress import Board
 from rackready.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
-from validation.profile import ProfileError
+from validation.profile import ProfileError, load_profile
 
 LEVELS = ("quick", "standard", "burnin")
 # The role's default venv (tests and tools that have no inventory); a node's own comes
@@ -138,7 +137,7 @@ def _planned(n: inventory.Node, overlays: Path | None = None) -> PlannedNode:
     connection), and the site's calibration overlay for it is checked and shipped."""
     site = _site(n)
     try:
-        profile = load_judging_profile(n.profile, tuple(n.validation_without), None, site)
+        profile = load_profile(n.profile)
     except (ProfileError, OSError) as exc:
         raise UserError(f"node {n.name}: rackready_profile {n.profile!r}: "
                         f"{one_line(str(exc))}") from None
@@ -151,11 +150,13 @@ def _planned(n: inventory.Node, overlays: Path | None = None) -> PlannedNode:
 
 
 def _identity(n: inventory.Node) -> dict:
-    """What the node's result must say about itself (rackready.integrity): its hostname
-    (rackready_hostname, else its inventory name or address) and, where the inventory
-    lists them, its GPU serials. Kept on the controller, never shipped to the node."""
-    hosts = [n.hostname] if n.hostname else [n.name, n.address]
-    return {"hostnames": [h for h in hosts if h], "gpu_serials": list(n.gpu_serials)}
+    """What the node's result must say about itself (rackready.integrity), where the
+    inventory states it: its hostname (rackready_hostname) and its GPU serials
+    (rackready_gpu_serials). Kept on the controller, never shipped to the node. A real
+    host's name often differs from its inventory name, so none is assumed: the per-node
+    nonce already tells one node's result from another's."""
+    return {"hostnames": [n.hostname] if n.hostname else [],
+            "gpu_serials": list(n.gpu_serials)}
 
 
 def _overlays(inv: str) -> Path | None:
