@@ -66,6 +66,7 @@ class _Problems:
     def __init__(self, caps: ResultCaps) -> None:
         self.items: list[str] = []
         self.count = 0
+        self.over_caps: dict[str, str] = {}  # the first problem per cap passed
         self.caps = caps
         self.measurements_left = caps.measurements
 
@@ -74,15 +75,21 @@ class _Problems:
         if len(self.items) < _MAX_DETAILS:
             self.items.append(f"{MALFORMED}: {where} {why}")
 
+    def over(self, cap: str, where: str, why: str) -> None:
+        """A count cap passed: always named (first, so it is the node's outcome reason)."""
+        self.over_caps.setdefault(cap, f"{MALFORMED}: {where} {why}")
+
     def lines(self) -> list[str]:
         rest = self.count - len(self.items)
-        return [*self.items, f"{MALFORMED}: {rest} more part(s) replaced"] if rest else self.items
+        more = [f"{MALFORMED}: {rest} more part(s) replaced"] if rest else []
+        return [*self.over_caps.values(), *self.items, *more]
 
     def cut(self, v: str | None, where: str, limit: int | None = None) -> str | None:
         limit = limit or self.caps.text_chars
         if v is None or len(v) <= limit:
             return v
-        self.add(where, f"is {len(v)} characters, over the cap of {limit}; cut")
+        self.over(f"text{limit}", where, f"is {len(v)} characters, over the cap of {limit}; "
+                                         "cut")
         return v[:limit]
 
 
@@ -128,7 +135,8 @@ def _labels(v: Any, where: str, p: _Problems) -> dict[str, str]:
         p.add(where, f"is {_kind(v)}, not an object")
         return {}
     if len(v) > p.caps.labels:
-        p.add(where, f"has {len(v)} labels, over the cap of {p.caps.labels}; the rest dropped")
+        p.over("labels", where, f"has {len(v)} labels, over the cap of {p.caps.labels}; "
+                                "the rest dropped")
     out = {}
     for k, x in list(v.items())[: p.caps.labels]:
         if x is not None and is_scalar(x):
@@ -184,8 +192,8 @@ def _check(c: Any, where: str, p: _Problems) -> dict[str, Any] | None:
         p.add(f"{where}.needs", "is not a list of names")
         needs = [n for n in needs if isinstance(n, str)] if isinstance(needs, list) else []
     if len(needs) > p.caps.labels:
-        p.add(f"{where}.needs", f"has {len(needs)} entries, over the cap of {p.caps.labels}; "
-                                "the rest dropped")
+        p.over("needs", f"{where}.needs", f"has {len(needs)} entries, over the cap of "
+                                          f"{p.caps.labels}; the rest dropped")
     needs = [n for i, x in enumerate(needs[: p.caps.labels])
              if (n := p.cut(x, f"{where}.needs[{i}]")) is not None]
     message = _text(c.get("message"), f"{where}.message", p, "", p.caps.message_chars)
@@ -199,7 +207,7 @@ def _capped(raw_ms: list[Any], where: str, p: _Problems) -> list[Any]:
     if len(raw_ms) > min(per, left):
         cap = (f"the cap of {per} per check" if per <= left else
                f"the cap of {p.caps.measurements} for all checks together")
-        p.add(where, f"has {len(raw_ms)} entries, over {cap}; the rest dropped")
+        p.over(cap, where, f"has {len(raw_ms)} entries, over {cap}; the rest dropped")
         raw_ms = raw_ms[: min(per, left)]
     p.measurements_left -= len(raw_ms)
     return raw_ms
@@ -256,8 +264,8 @@ def conform_result(data: dict[str, Any], problems: list[str],
         out["checks"] = checks
     else:
         if len(checks) > p.caps.checks:
-            p.add("checks", f"has {len(checks)} entries, over the cap of {p.caps.checks}; "
-                            "the rest dropped")
+            p.over("checks", "checks", f"has {len(checks)} entries, over the cap of "
+                                       f"{p.caps.checks}; the rest dropped")
         out["checks"] = [c for i, raw in enumerate(checks[: p.caps.checks])
                          if (c := _check(raw, f"checks[{i}]", p)) is not None]
     problems.extend(p.lines())

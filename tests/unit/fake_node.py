@@ -12,6 +12,7 @@ Hostile touches a test can switch on:
     deny_writes = True                  SFTP writes answer "permission denied"
     denied.add(path)                    SFTP answers "permission denied" for that path
     corrupt_uploads = True              every uploaded byte string arrives altered
+    list_delay = 3.0                    each folder listing is answered this late
 
 As a jump host: forwarding = True accepts "direct-tcpip" channels (ssh -J, ProxyJump)
 and connects them to the destination; forwarded records every destination asked for.
@@ -25,6 +26,7 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +54,7 @@ class FakeNode:
         self.deny_writes = False
         self.denied: set[str] = set()  # paths SFTP answers "permission denied" for
         self.corrupt_uploads = False
+        self.list_delay = 0.0  # seconds before each folder listing is answered
         self.procs: list[subprocess.Popen] = []
         self.allowed = [f"{self.root}/"]  # SFTP serves paths under these prefixes only
         self.transports: list[paramiko.Transport] = []
@@ -292,6 +295,7 @@ class _SFTP(SFTPServerInterface):
         return None
 
     def list_folder(self, path):
+        time.sleep(self.fake.list_delay)
         try:
             p = self.fake.path(path)
             out = []
