@@ -695,7 +695,7 @@ def _flood(stream: str, size: int, trickle_s: float = 0.0):
             else:
                 for _ in range(size >> 16):
                     send(b"x" * (1 << 16))
-        except OSError:
+        except (OSError, EOFError):  # the controller closed the channel: stopped
             return True
         finish(channel, 0)
         return True
