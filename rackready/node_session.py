@@ -20,6 +20,8 @@ API (what rackready.validate calls, once per node, from its thread pool):
 
     folder = ship_bundle(client, bundle, remote_base=..., run_id=...)  # the verified,
                                     # unpacked bundle for jobs outside the suite (SessionError)
+    res = run_command(client, command, timeout_s=..., idle_s=..., max_stdout=...,
+                      max_stderr=...)  # any other remote command, bounded like the suite
 
 run_on_node never raises for anything the node or the network does: a node that
 sends garbage, stalls, floods, lists hostile file names or drops the connection
