@@ -31,7 +31,7 @@ from typing import Any
 from rackready import result_shape
 from rackready.errors import UserError
 from rackready.result_shape import conform_result
-from rackready.sanitize import has_surrogates, replace_surrogates
+from rackready.sanitize import has_control, has_surrogates, replace_surrogates, strip_control
 
 RUN_FILE = "run.json"
 REPORT_DIRNAME = "report"
@@ -285,9 +285,10 @@ class RunDir:
 
 
 def load_untrusted_json(raw: bytes, problems: list[str], max_values: int | None = None) -> Any:
-    """json.loads for bytes from a node: strict UTF-8; NaN/Infinity become null and lone
-    surrogates visible escapes, each kind named in `problems` (JSON has no such numbers,
-    Python writes them anyway; a surrogate is valid JSON but no text a report can hold).
+    """json.loads for bytes from a node: strict UTF-8; NaN/Infinity become null, lone
+    surrogates visible escapes, control characters and bidi overrides are removed, each
+    kind named in `problems` (JSON has no such numbers, Python writes them anyway; a
+    surrogate is valid JSON but no text a report can hold).
 
     max_values bounds what parsing may build: a file of tiny values ("[{},{},...]") costs
     far more memory than its bytes. Commas and brackets bound the number of values from
@@ -331,6 +332,7 @@ class _Cleaner:
         self.named: list[str] = []
         self.count = 0
         self.surrogates = 0
+        self.controls = 0
 
     def note(self, line: str) -> None:
         self.count += 1
@@ -344,12 +346,20 @@ class _Cleaner:
         if self.surrogates:
             out.append(f"{self.surrogates} text value(s) held lone surrogates (no Unicode "
                        "text); written as their \\u escapes")
+        if self.controls:
+            out.append(f"{self.controls} text value(s) held control characters or bidi "
+                       "overrides; removed")
         return out
 
     def text(self, v: str) -> str:
+        """Text a report can hold and a reader reads as it is: no lone surrogates, no
+        terminal controls (C0 but \\n and \\t, C1), no bidi overrides."""
         if has_surrogates(v):
             self.surrogates += 1
-            return replace_surrogates(v)
+            v = replace_surrogates(v)
+        if has_control(v):
+            self.controls += 1
+            v = strip_control(v)
         return v
 
     def clean(self, v: Any) -> Any:

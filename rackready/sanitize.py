@@ -24,6 +24,11 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _XML_ILLEGAL = re.compile("[\ufffe\uffff]")
 
 
+def has_control(text: str) -> bool:
+    """Whether strip_control would remove anything but surrogates."""
+    return _CONTROL.search(text) is not None
+
+
 def has_surrogates(text: str) -> bool:
     return _SURROGATE.search(text) is not None
 

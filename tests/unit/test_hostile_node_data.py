@@ -144,3 +144,21 @@ def test_invoke_report_on_a_run_holding_lone_surrogates_works(hostile):
     assert any(p.name == "junit.xml" for p in paths)
     node2 = json.loads((out / "report" / "node-gpu02.json").read_text())
     assert "from an older controller \\ud800" in node2["problems"]
+
+
+def test_node_text_reaches_the_reports_without_c1_controls_or_bidi_overrides(tmp_path):
+    """Read once, cleaned once: report JSON never carries a node's C1 controls (\\x9b is
+    a terminal's CSI) or bidi overrides (text that reads differently than it is)."""
+    from rackready.rundir import RunDir
+
+    (tmp_path / "result.json").write_text(json.dumps({
+        "schema_version": "1.0", "hostname": "gpu\x9b2J01", "checks": [
+            {"check": "a", "status": "ok", "message": "fine \u202egnp.exe\u202c\nnext",
+             "measurements": [{"name": "m", "value": 1, "labels": {"\u2066k": "v\x85"}}]}]}))
+    got = RunDir.open(tmp_path).read_result(tmp_path.name)
+    r = got.result
+    assert r["hostname"] == "gpu2J01"
+    assert r["checks"][0]["message"] == "fine gnp.exe\nnext"
+    assert r["checks"][0]["measurements"][0]["labels"] == {"k": "v"}
+    assert got.problems == ["4 text value(s) held control characters or bidi overrides; "
+                            "removed"]
