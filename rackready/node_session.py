@@ -20,6 +20,8 @@ API (what rackready.validate calls, once per node, from its thread pool):
 
     folder = ship_bundle(client, bundle, remote_base=..., run_id=...)  # the verified,
                                     # unpacked bundle for jobs outside the suite (SessionError)
+    res = run_command(client, command, timeout_s=..., idle_s=..., max_stdout=...,
+                      max_stderr=...)  # any other remote command, bounded like the suite
 
 run_on_node never raises for anything the node or the network does: a node that
 sends garbage, stalls, floods, lists hostile file names or drops the connection
@@ -73,7 +75,8 @@ from typing import Any
 import paramiko
 from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR
 
-from rackready.sanitize import one_line, strip_control
+from rackready.result_shape import CAPS
+from rackready.sanitize import one_line, replace_surrogates_in, strip_control
 
 # Whole-session deadline per validation level (the suite's own check timeouts sit inside).
 LEVEL_DEADLINES: dict[str, float] = {"quick": 600.0, "standard": 1800.0, "burnin": 12 * 3600.0}
@@ -84,6 +87,8 @@ LOCK_HELD_RC = 75  # flock -E: the lock is held by another suite
 EXIT_GRACE_S = 2.0  # after the exit status, how long to wait for an EOF that may never come
 _CHUNK = 1 << 16
 _OUTPUT_CAP = 64 << 10  # what a preparation command may print
+_NOTES_PER_KIND = 20  # notes of one kind about the node's output logged; the rest counted
+_TAIL = 4 << 10  # the end of a capped stream kept beside its head (its last error line)
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -96,7 +101,7 @@ class Limits:
     deadline_s: float  # preparing + running the suite (LEVEL_DEADLINES)
     idle_s: float = 300  # no byte on stdout/stderr this long -> stalled
     max_line_bytes: int = 1 << 20  # one event line; longer lines are dropped and counted
-    max_events: int = 200_000
+    max_events: int = CAPS.events
     max_stream_bytes: int = 256 << 20  # all of stdout
     max_stderr_bytes: int = 8 << 20  # node output kept in node.log; the rest counted, dropped
     max_file_bytes: int = 64 << 20  # one fetched file (result.json too)
@@ -234,6 +239,74 @@ def ship_bundle(client: paramiko.SSHClient, bundle: tuple[bytes, str], *, remote
         session._cleanup()
 
 
+@dataclass
+class CommandResult:
+    """One bounded remote command (run_command)."""
+
+    rc: int | None  # its exit status; None when it was stopped or the node gave none
+    out: str  # stdout, at most the cap (decoded, bad UTF-8 replaced)
+    err: str  # stderr: its first bytes up to the cap, then its last few KiB
+    problem: str = ""  # "" or the one cap or time limit that was hit
+
+
+class _Capture:
+    """A stream kept up to `cap` bytes; past it, only its last _TAIL bytes and a count."""
+
+    def __init__(self, cap: int, name: str, stop: bool) -> None:
+        self.cap, self.name, self.stop = cap, name, stop
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def feed(self, data: bytes) -> None:
+        room = self.cap - len(self.head)
+        if len(data) > room and self.stop:
+            raise _Stop(f"sent more than {_size(self.cap)} on {self.name}")
+        self.head += data[: max(0, room)]
+        rest = data[max(0, room):]
+        if rest:
+            self.dropped += len(rest)
+            self.tail = (self.tail + rest)[-_TAIL:]
+
+    def text(self) -> str:
+        kept = self.head.decode(errors="replace")
+        if not self.dropped:
+            return kept
+        return (f"{kept}\n[rackready: {self.dropped} bytes of {self.name} over the cap of "
+                f"{_size(self.cap)} not kept; its end follows]\n"
+                + self.tail.decode(errors="replace"))
+
+
+def run_command(client: paramiko.SSHClient, command: str, *, timeout_s: float, idle_s: float,
+                max_stdout: int, max_stderr: int) -> CommandResult:
+    """Run one command line on a node, bounded as the suite is: stdout and stderr drained
+    together (a full stderr window never hangs both sides), stdout over max_stdout stops
+    it, stderr over max_stderr is dropped past the cap (its end kept), and it is stopped
+    after timeout_s in all or idle_s without a byte. Channel errors propagate (OSError,
+    EOFError, paramiko.SSHException): the caller says which node was lost."""
+    transport = client.get_transport()
+    if transport is None or not transport.is_active():
+        raise EOFError("the SSH transport is closed")
+    channel = transport.open_session(timeout=min(timeout_s, 30))
+    out = _Capture(max_stdout, "stdout", stop=True)
+    err = _Capture(max_stderr, "stderr", stop=False)
+    problem = ""
+    try:
+        channel.exec_command(command)
+        _pump(channel, out.feed, err.feed, time.monotonic() + timeout_s, idle_s,
+              f"no end within {timeout_s:g} s")
+        rc = _exit_status(channel)
+    except _Stop as exc:
+        rc, problem = None, str(exc)
+    finally:
+        channel.close()
+    if not problem and err.dropped:
+        problem = f"sent more than {_size(max_stderr)} on stderr ({err.dropped} bytes not kept)"
+    elif not problem and rc is None:
+        problem = "the node closed the command without an exit status"
+    return CommandResult(rc, out.text(), err.text(), problem)
+
+
 def _check_args(digest: str, run_id: str, remote_base: str) -> None:
     if not _DIGEST.fullmatch(digest):
         raise ValueError(f"bundle digest {digest!r} is not a sha256 hex digest")
@@ -265,6 +338,7 @@ class _Session:
         self.fetch_end = 0.0
         self.total = 0  # bytes fetched
         self.entries = 0  # entries listed under artifacts/
+        self.unlogged: dict[str, int] = {}  # notes past _NOTES_PER_KIND, by kind
 
     # -- the session -------------------------------------------------------------------
 
@@ -309,6 +383,7 @@ class _Session:
             self.out.duration_s = round(time.monotonic() - self.start, 3)
             if self.out.problem:
                 self._note(f"problem: {self.out.problem}")
+            self._note_unlogged()
             self._note_dropped()
             self.log_fh.close()
 
@@ -541,6 +616,7 @@ class _Session:
         sftp = self._open_sftp(self.limits.idle_s)
         try:
             try:
+                self._in_time(sftp)
                 with _sftp_errors("read", f"{rout}/result.json", self.client):
                     attr = sftp.lstat(f"{rout}/result.json")
                     if not stat.S_ISREG(attr.st_mode or 0):
@@ -556,17 +632,30 @@ class _Session:
         except _StopWalk:
             pass  # recorded as refused
         except TimeoutError:
+            if time.monotonic() >= self.fetch_end - 0.05:  # the wait was cut to the deadline
+                raise _Fail(self._fetch_late()) from None
             raise _Fail(f"stalled: no answer for {self.limits.idle_s:g} s while fetching "
                         "results") from None
         finally:
             sftp.close()
+
+    def _fetch_late(self) -> str:
+        return f"fetching results took longer than {self.limits.fetch_s:g} s"
+
+    def _in_time(self, sftp: paramiko.SFTPClient) -> None:
+        """Before each SFTP request of the fetch: the deadline passed ends it; the wait
+        for an answer is cut to what is left of it (a slow node never stretches it)."""
+        left = self.fetch_end - time.monotonic()
+        if left <= 0:
+            raise _Fail(self._fetch_late())
+        sftp.get_channel().settimeout(min(self.limits.idle_s, left))
 
     def _walk(self, sftp: paramiko.SFTPClient, remote: str, base: Path, parts: list[str],
               depth: int) -> None:
         room = self.limits.max_files - self.entries
         try:
             with _sftp_errors("list", remote, self.client):
-                entries = _listdir(sftp, remote, room + 1)
+                entries = _listdir(sftp, remote, room + 1, lambda: self._in_time(sftp))
         except _Refused as exc:
             self._refuse("/".join(parts) or ".", str(exc))
             return
@@ -592,6 +681,7 @@ class _Session:
                 continue
             mode = attr.st_mode
             if mode is None:  # a server that lists no attributes
+                self._in_time(sftp)
                 mode = sftp.lstat(f"{remote}/{name}").st_mode or 0
             if stat.S_ISDIR(mode):
                 if depth + 1 >= MAX_DEPTH:
@@ -626,6 +716,7 @@ class _Session:
         n = 0
         ok = False
         try:
+            self._in_time(sftp)
             with fh, _sftp_errors("read", remote, self.client), sftp.open(remote, "rb") as rf:
                 if attr.st_size:  # requests in flight together: ~100x faster than one by one
                     rf.prefetch(min(attr.st_size, cap + 1))
@@ -638,8 +729,7 @@ class _Session:
                         self._refuse(label, self._over(n))
                         return False
                     fh.write(chunk)
-                    if time.monotonic() > self.fetch_end:
-                        raise _Fail(f"fetching results took longer than {self.limits.fetch_s:g} s")
+                    self._in_time(sftp)
             os.replace(tmp, local)
             ok = True
         finally:
@@ -666,6 +756,19 @@ class _Session:
         if self.log_fh is not None:
             self.log_fh.write(f"[rackready] {strip_control(text)}\n".encode())
             self.log_fh.flush()
+
+    def _note_some(self, kind: str, text: str) -> None:
+        """A note the node can cause once per line it sends: the first few of each kind
+        are logged, the rest counted (a flood of them must not grow node.log unbounded)."""
+        seen = self.unlogged.get(kind, -_NOTES_PER_KIND)
+        self.unlogged[kind] = seen + 1
+        if seen < 0:
+            self._note(text)
+
+    def _note_unlogged(self) -> None:
+        for kind, n in self.unlogged.items():
+            if n > 0:
+                self._note(f"{n} more {kind} not logged (the first {_NOTES_PER_KIND} are)")
 
     def _log_text(self, text: str) -> None:
         """Node output into node.log: control characters stripped, capped."""
@@ -752,6 +855,8 @@ class _EventSink:
         except (ValueError, RecursionError) as exc:  # JSONDecodeError and UTF-8 are ValueErrors
             self._bad(f"not JSON ({one_line(str(exc), 80)})", text)
             return
+        if b"\\u" in text:  # lone surrogates ("\ud800") are valid JSON but no text
+            event = replace_surrogates_in(event)
         why = event_problem(event)
         if why:
             self._bad(why, text)
@@ -764,12 +869,14 @@ class _EventSink:
         try:
             self.s.on_event(event)
         except Exception as exc:  # the event came from the node; it must not end the session
-            self.s._note(f"the controller could not show an event: {type(exc).__name__}: {exc}")
+            self.s._note_some("events the controller could not show",
+                              f"the controller could not show an event: "
+                              f"{type(exc).__name__}: {exc}")
 
     def _bad(self, why: str, text: bytes) -> None:
         self.s.out.bad_lines += 1
         sample = one_line(text[:200].decode(errors="replace"), 200)
-        self.s._note(f"bad event line ({why}): {sample}")
+        self.s._note_some("bad event lines", f"bad event line ({why}): {sample}")
 
 
 def event_problem(event: Any) -> str:
@@ -858,14 +965,17 @@ def unsafe_name(name: str) -> str:
     return ""
 
 
-def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int
+def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int,
+             in_time: Callable[[], None] = lambda: None
              ) -> list[tuple[bytes, paramiko.SFTPAttributes]] | None:
     """At most `limit` entries of a remote folder, names as raw bytes; None when missing.
 
     paramiko's listdir_attr reads a whole folder into memory and decodes names strictly;
     a node listing millions of entries or non-UTF-8 names must not take the controller down.
+    in_time runs before every request (the fetch's deadline; it raises when passed).
     """
     try:
+        in_time()
         t, msg = sftp._request(CMD_OPENDIR, path)
     except FileNotFoundError:
         return None
@@ -875,6 +985,7 @@ def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int
     entries: list[tuple[bytes, paramiko.SFTPAttributes]] = []
     try:
         while len(entries) < limit:
+            in_time()
             try:
                 t, msg = sftp._request(CMD_READDIR, handle)
             except EOFError:
@@ -1018,6 +1129,6 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-__all__ = ["LEVEL_DEADLINES", "Limits", "NodeFiles", "SessionError", "SessionOutcome",
-           "build_remote_command", "build_suite_script", "event_problem", "run_on_node",
-           "ship_bundle", "unsafe_name"]
+__all__ = ["LEVEL_DEADLINES", "CommandResult", "Limits", "NodeFiles", "SessionError",
+           "SessionOutcome", "build_remote_command", "build_suite_script", "event_problem",
+           "run_command", "run_on_node", "ship_bundle", "unsafe_name"]

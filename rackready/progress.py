@@ -168,7 +168,15 @@ class Board:
                 text, room = text[:room], max(0, room - len(text))
             if text:
                 out.append(f"\x1b[{code}m{text}\x1b[0m" if code and self.colour else text)
-        return "".join(out)
+        return self._encodable("".join(out))
+
+    def _encodable(self, text: str) -> str:
+        """What the stream can write: a node's text must never make the board raise."""
+        enc = getattr(self.stream, "encoding", None) or "utf-8"
+        try:
+            return text.encode(enc, "replace").decode(enc)
+        except LookupError:
+            return text.encode("ascii", "replace").decode("ascii")
 
     def _print(self, node: str) -> None:
         with self.lock:

@@ -33,7 +33,7 @@ from typing import Any
 
 from rackready.result_shape import is_scalar
 from rackready.rundir import RunDir, _write_json_atomic, now_iso
-from rackready.sanitize import one_line
+from rackready.sanitize import one_line, replace_surrogates_in
 
 # The step's two checks: the all_reduce (judged per fabric) and the pairwise links
 # (judged per link, a FAIL verdict on both ends).
@@ -53,6 +53,22 @@ SIZES = {"cpu": ("4M", "4M", "1", "3", "3"), "cuda": ("64M", "256M", "5", "20", 
 # Seconds the whole workload may take on a node (a peer that never joins the rendezvous
 # must not hold the run for long): the lab's tiny sizes, or real rails.
 TIMEOUT_S = {"cpu": 240, "cuda": 600}
+
+
+@dataclass(frozen=True)
+class RackLimits:
+    """What the step's remote commands may send back and how long they may take (the
+    node is untrusted here too: rackready.node_session.run_command enforces them)."""
+
+    max_stdout: int = 8 << 20  # the workload's stdout (only logged): over it, stopped
+    max_stderr: int = 8 << 20  # its stderr: the rest dropped, its end kept
+    max_records: int = 16 << 20  # the measurement lines read back (a few KiB per link)
+    grace_s: float = 60  # past the workload's own `timeout` (TIMEOUT_S), for its kill
+    idle_s: float = 300  # no byte for this long: stopped (NCCL init that hangs)
+    command_s: float = 120  # reading the measurements back
+
+
+RACK_LIMITS = RackLimits()
 
 
 @dataclass(frozen=True)
@@ -349,6 +365,7 @@ def parse_records(text: str, problems: list[str], node: str) -> list[dict[str, A
             continue
         try:
             rec = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+            rec = replace_surrogates_in(rec)  # valid JSON, but no text a report can write
             ok = (isinstance(rec, dict) and isinstance(rec.get("name"), str)
                   and isinstance(rec.get("labels"), dict)
                   # label values are names and numbers: they key tables and fill messages
@@ -460,7 +477,7 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
         progress(f"rack step on fabric {key}: all_reduce and pairwise over "
                  f"{'gloo (lab, SIMULATED rails)' if device == 'cpu' else 'NCCL'}")
 
-        def one(i: int) -> tuple[int, str, str]:
+        def one(i: int):
             n = members[i]
             script = _torchrun(nodes[n], i, len(members), endpoint, run_id, dirs[n], device,
                                rails[n], simulated, line_rate,
@@ -468,28 +485,49 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in nccl_env_of(nodes[n]).items())
             cmd = build_remote_command((f"export {env}; " if env else "") + script,
                                        become=nodes[n].become)
-            try:
-                return ssh.run(clients[n], cmd, timeout_s=TIMEOUT_S[device] + 60)
-            except Exception as exc:  # noqa: BLE001  recorded, never raised
-                return 255, "", f"{type(exc).__name__}: {exc}"
+            lim = RACK_LIMITS
+            return _remote(clients[n], cmd, TIMEOUT_S[device] + lim.grace_s, lim.max_stdout)
 
         with ThreadPoolExecutor(len(members)) as pool:
             results = list(pool.map(one, range(len(members))))
-        for n, (rc, out, err) in zip(members, results, strict=True):
-            (folder / f"{_safe(n)}.log").write_text(out + err, encoding="utf-8")
-            if rc != 0:
-                tail = one_line(err.strip().splitlines()[-1] if err.strip() else "", 200)
-                problems.append(f"{n}: rack workload exited {rc}" + (f": {tail}" if tail else ""))
-            code, text, _ = ssh.run(clients[n], build_remote_command(
-                f"cat {OUT}/rack_nccl.rank*.jsonl 2>/dev/null", become=nodes[n].become))
-            (folder / f"{_safe(n)}.jsonl").write_text(text, encoding="utf-8")
+        for n, res in zip(members, results, strict=True):
+            (folder / f"{_safe(n)}.log").write_text(res.out + res.err, encoding="utf-8")
+            if res.problem:
+                problems.append(one_line(f"{n}: rack workload: {res.problem}", 300))
+            elif res.rc != 0:
+                err = res.err.strip()
+                tail = one_line(err.splitlines()[-1] if err else "", 200)
+                problems.append(f"{n}: rack workload exited {res.rc}"
+                                + (f": {tail}" if tail else ""))
+            got = _remote(clients[n], build_remote_command(
+                f"cat {OUT}/rack_nccl.rank*.jsonl 2>/dev/null", become=nodes[n].become),
+                RACK_LIMITS.command_s, RACK_LIMITS.max_records)
+            if got.problem:
+                problems.append(one_line(f"{n}: reading the rack measurements: {got.problem}",
+                                         300))
+            (folder / f"{_safe(n)}.jsonl").write_text(got.out, encoding="utf-8")
             # who sent each record: a link is judged only from its own two ends
-            records += [{**r, SENDER: n} for r in parse_records(text, problems, n)]
+            records += [{**r, SENDER: n} for r in parse_records(
+                got.out if not got.problem else "", problems, n)]
     finally:
         for c in clients.values():
             c.close()
     return judge_group(key, group["planned"], members, group["left_out"], records, floors,
                        problems, counts)
+
+
+def _remote(client, command: str, timeout_s: float, max_stdout: int):
+    """One of the step's remote commands, bounded (RACK_LIMITS); never raises."""
+    from rackready.node_session import CommandResult, run_command
+
+    lim = RACK_LIMITS
+    try:
+        return run_command(client, command, timeout_s=timeout_s,
+                           idle_s=min(lim.idle_s, timeout_s), max_stdout=max_stdout,
+                           max_stderr=lim.max_stderr)
+    except Exception as exc:  # noqa: BLE001  recorded, never raised
+        return CommandResult(None, "", "", one_line(f"connection lost: {type(exc).__name__}: "
+                                                    f"{exc}"))
 
 
 def _safe(text: str) -> str:

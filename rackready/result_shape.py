@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from rackready.sanitize import one_line
@@ -31,18 +32,65 @@ OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 _MAX_DETAILS = 5  # problems named one by one; the rest are counted
 
 
+@dataclass(frozen=True)
+class ResultCaps:
+    """How much one node's result may hold: bytes are capped by the fetch, counts here.
+
+    Past a cap the rest is dropped (a text cut) and named as a MALFORMED problem, so the
+    node is INCOMPLETE and the judge and reports only ever see a bounded result. Measured
+    on tests/fixtures/h200x2-quick-result.json.gz (2 GPUs, quick): 27 checks, 677
+    measurements, 264 in one check (gemm_burnin), at most 7 labels, the longest text 331
+    characters, the longest check message 49; an 8-GPU standard run holds a few thousand
+    measurements. Each cap is 10-100x that. What the reports cost per measurement
+    (about 0.5 ms and 6 KB of memory for the JSON reports alone) is why the total is not
+    higher: 100 000 measurements take about a minute and well under a GB.
+    """
+
+    checks: int = 500
+    measurements_per_check: int = 50_000
+    measurements: int = 100_000  # all checks together
+    labels: int = 32  # per measurement
+    text_chars: int = 1024  # a check or metric name, unit, label key or value, version
+    message_chars: int = 16 << 10  # a check's message
+    events: int = 200_000  # events streamed live, or read back from events.jsonl
+    json_values: int = 4_000_000  # values one result.json may parse into (bounds memory)
+
+
+CAPS = ResultCaps()
+
+
 class _Problems:
-    def __init__(self) -> None:
+    """The problems found, the first few named (a result can hold millions of bad parts),
+    and what is left of the caps while the result is walked."""
+
+    def __init__(self, caps: ResultCaps) -> None:
         self.items: list[str] = []
+        self.count = 0
+        self.over_caps: dict[str, str] = {}  # the first problem per cap passed
+        self.caps = caps
+        self.measurements_left = caps.measurements
 
     def add(self, where: str, why: str) -> None:
-        self.items.append(f"{MALFORMED}: {where} {why}")
+        self.count += 1
+        if len(self.items) < _MAX_DETAILS:
+            self.items.append(f"{MALFORMED}: {where} {why}")
+
+    def over(self, cap: str, where: str, why: str) -> None:
+        """A count cap passed: always named (first, so it is the node's outcome reason)."""
+        self.over_caps.setdefault(cap, f"{MALFORMED}: {where} {why}")
 
     def lines(self) -> list[str]:
-        if len(self.items) <= _MAX_DETAILS:
-            return self.items
-        rest = len(self.items) - _MAX_DETAILS
-        return [*self.items[:_MAX_DETAILS], f"{MALFORMED}: {rest} more part(s) replaced"]
+        rest = self.count - len(self.items)
+        more = [f"{MALFORMED}: {rest} more part(s) replaced"] if rest else []
+        return [*self.over_caps.values(), *self.items, *more]
+
+    def cut(self, v: str | None, where: str, limit: int | None = None) -> str | None:
+        limit = limit or self.caps.text_chars
+        if v is None or len(v) <= limit:
+            return v
+        self.over(f"text{limit}", where, f"is {len(v)} characters, over the cap of {limit}; "
+                                         "cut")
+        return v[:limit]
 
 
 def _name(text: str) -> str:
@@ -61,9 +109,10 @@ def is_scalar(v: Any) -> bool:
     return v is None or isinstance(v, str | int | bool)
 
 
-def _text(v: Any, where: str, p: _Problems, default: str | None = None) -> str | None:
+def _text(v: Any, where: str, p: _Problems, default: str | None = None,
+          limit: int | None = None) -> str | None:
     if v is None or isinstance(v, str):
-        return v if v is not None else default
+        return p.cut(v, where, limit) if v is not None else default
     p.add(where, f"is {_kind(v)}, not text")
     return default
 
@@ -85,10 +134,14 @@ def _labels(v: Any, where: str, p: _Problems) -> dict[str, str]:
     if not isinstance(v, dict):
         p.add(where, f"is {_kind(v)}, not an object")
         return {}
+    if len(v) > p.caps.labels:
+        p.over("labels", where, f"has {len(v)} labels, over the cap of {p.caps.labels}; "
+                                "the rest dropped")
     out = {}
-    for k, x in v.items():
+    for k, x in list(v.items())[: p.caps.labels]:
         if x is not None and is_scalar(x):
-            out[k] = str(x)
+            key = p.cut(k, f"{where} key {_name(k)}")
+            out[key] = p.cut(str(x), f"{where}.{_name(k)}")
         else:
             p.add(f"{where}.{_name(k)}", f"is {_kind(x)}, not a label value")
     return out
@@ -102,8 +155,10 @@ def _measurement(m: Any, where: str, p: _Problems) -> dict[str, Any] | None:
     if not is_scalar(value):
         p.add(f"{where}.value", f"is {_kind(value)}, not a number, text, boolean or null")
         value = None
+    if isinstance(value, str):
+        value = p.cut(value, f"{where}.value")
     return {
-        "name": m["name"],
+        "name": p.cut(m["name"], f"{where}.name"),
         "value": value,
         "unit": _text(m.get("unit"), f"{where}.unit", p, "") or "",
         "labels": _labels(m.get("labels"), f"{where}.labels", p),
@@ -116,6 +171,7 @@ def _check(c: Any, where: str, p: _Problems) -> dict[str, Any] | None:
         p.add(where, "has no check name")
         return None
     where = f"checks[{_name(c['check'])}]"
+    name = p.cut(c["check"], where)
     if c.get("status") not in CHECK_STATUSES:
         p.add(f"{where}.status", f"{_name(repr(c.get('status')))} is not one of "
                                  f"{', '.join(CHECK_STATUSES)}")
@@ -128,20 +184,40 @@ def _check(c: Any, where: str, p: _Problems) -> dict[str, Any] | None:
     if not isinstance(raw_ms, list):
         p.add(f"{where}.measurements", f"is {_kind(raw_ms)}, not a list")
         raw_ms = []
+    raw_ms = _capped(raw_ms, f"{where}.measurements", p)
     ms = [m for i, raw in enumerate(raw_ms)
           if (m := _measurement(raw, f"{where}.measurements[{i}]", p)) is not None]
     needs = c.get("needs", [])
     if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
         p.add(f"{where}.needs", "is not a list of names")
         needs = [n for n in needs if isinstance(n, str)] if isinstance(needs, list) else []
-    return {"check": c["check"], "status": c["status"], "duration_s": float(dur),
-            "measurements": ms, "message": _text(c.get("message"), f"{where}.message", p, "")
-            or "", "needs": needs}
+    if len(needs) > p.caps.labels:
+        p.over("needs", f"{where}.needs", f"has {len(needs)} entries, over the cap of "
+                                          f"{p.caps.labels}; the rest dropped")
+    needs = [n for i, x in enumerate(needs[: p.caps.labels])
+             if (n := p.cut(x, f"{where}.needs[{i}]")) is not None]
+    message = _text(c.get("message"), f"{where}.message", p, "", p.caps.message_chars)
+    return {"check": name, "status": c["status"], "duration_s": float(dur),
+            "measurements": ms, "message": message or "", "needs": needs}
 
 
-def conform_result(data: dict[str, Any], problems: list[str]) -> dict[str, Any]:
-    """The result in the controller's shape; what had to be replaced goes to `problems`."""
-    p = _Problems()
+def _capped(raw_ms: list[Any], where: str, p: _Problems) -> list[Any]:
+    """The measurements this check may keep: its own cap and what is left of the total."""
+    per, left = p.caps.measurements_per_check, p.measurements_left
+    if len(raw_ms) > min(per, left):
+        cap = (f"the cap of {per} per check" if per <= left else
+               f"the cap of {p.caps.measurements} for all checks together")
+        p.over(cap, where, f"has {len(raw_ms)} entries, over {cap}; the rest dropped")
+        raw_ms = raw_ms[: min(per, left)]
+    p.measurements_left -= len(raw_ms)
+    return raw_ms
+
+
+def conform_result(data: dict[str, Any], problems: list[str],
+                   caps: ResultCaps | None = None) -> dict[str, Any]:
+    """The result in the controller's shape; what had to be replaced goes to `problems`.
+    caps: the counts it may hold (CAPS when not given)."""
+    p = _Problems(caps or CAPS)
     out: dict[str, Any] = {"schema_version": None if data.get("schema_version") is None
                            else str(data["schema_version"])}
     for key in _TEXT_KEYS:
@@ -170,7 +246,8 @@ def conform_result(data: dict[str, Any], problems: list[str]) -> dict[str, Any]:
     out["tool_versions"] = {}
     for k, v in _object(data, "tool_versions", p).items():
         if is_scalar(v):
-            out["tool_versions"][k] = v
+            out["tool_versions"][k] = p.cut(v, f"tool_versions.{_name(k)}") \
+                if isinstance(v, str) else v
         else:
             p.add(f"tool_versions.{_name(k)}", f"is {_kind(v)}, not a version")
     out["inventory"] = _object(data, "inventory", p)
@@ -186,7 +263,10 @@ def conform_result(data: dict[str, Any], problems: list[str]) -> dict[str, Any]:
         # judging says it once ("result.json has no list of checks"); nothing to conform
         out["checks"] = checks
     else:
-        out["checks"] = [c for i, raw in enumerate(checks)
+        if len(checks) > p.caps.checks:
+            p.over("checks", "checks", f"has {len(checks)} entries, over the cap of "
+                                       f"{p.caps.checks}; the rest dropped")
+        out["checks"] = [c for i, raw in enumerate(checks[: p.caps.checks])
                          if (c := _check(raw, f"checks[{i}]", p)) is not None]
     problems.extend(p.lines())
     return out

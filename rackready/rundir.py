@@ -28,8 +28,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rackready import result_shape
 from rackready.errors import UserError
 from rackready.result_shape import conform_result
+from rackready.sanitize import has_control, has_surrogates, replace_surrogates, strip_control
 
 RUN_FILE = "run.json"
 REPORT_DIRNAME = "report"
@@ -230,7 +232,8 @@ class RunDir:
             return NodeResult(None, ["result.json is empty"])
         problems: list[str] = []
         try:
-            data = load_untrusted_json(path.read_bytes(), problems)
+            data = load_untrusted_json(path.read_bytes(), problems,
+                                       result_shape.CAPS.json_values)
         except ValueError as exc:
             return NodeResult(None, [f"result.json is unreadable ({exc})"])
         if not isinstance(data, dict):
@@ -251,6 +254,9 @@ class RunDir:
         with path.open("rb") as f:
             for raw in f:
                 if not raw.strip():
+                    continue
+                if len(events) >= result_shape.CAPS.events:  # the live stream stops there too
+                    bad += 1
                     continue
                 try:
                     ev = load_untrusted_json(raw, [])
@@ -287,17 +293,27 @@ class RunDir:
         return self.path / REPORT_DIRNAME
 
 
-def load_untrusted_json(raw: bytes, problems: list[str]) -> Any:
-    """json.loads for bytes from a node: strict UTF-8; NaN/Infinity become null and are
-    recorded in `problems` (JSON has no such numbers; Python writes them anyway)."""
+def load_untrusted_json(raw: bytes, problems: list[str], max_values: int | None = None) -> Any:
+    """json.loads for bytes from a node: strict UTF-8; NaN/Infinity become null, lone
+    surrogates visible escapes, control characters and bidi overrides are removed, each
+    kind named in `problems` (JSON has no such numbers, Python writes them anyway; a
+    surrogate is valid JSON but no text a report can hold).
+
+    max_values bounds what parsing may build: a file of tiny values ("[{},{},...]") costs
+    far more memory than its bytes. Commas and brackets bound the number of values from
+    above (text can only add to them), so the bytes are counted before parsing."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text ({exc.reason})") from None
+    if max_values is not None:
+        found = raw.count(b",") + raw.count(b"{") + raw.count(b"[")
+        if found > max_values:
+            raise ValueError(f"more than {max_values} JSON values (the cap per file)")
+    cleaner = _Cleaner()
 
     def non_finite(name: str) -> None:
-        problems.append(f"non-finite number {name} replaced by null")
-        return None
+        cleaner.note(f"non-finite number {name} replaced by null")
 
     try:
         data = json.loads(text, parse_constant=non_finite)
@@ -305,27 +321,70 @@ def load_untrusted_json(raw: bytes, problems: list[str]) -> Any:
         raise ValueError(f"not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    return _finite(data, problems)
+    data = cleaner.clean(data)
+    problems.extend(cleaner.lines())
+    return data
 
 
 # Integers a report can carry exactly (RFC 8785 / I-JSON: IEEE doubles).
 MAX_SAFE_INT = 2**53 - 1
+_MAX_NAMED = 5  # replacements named one by one; the rest are counted
 
 
-def _finite(v: Any, problems: list[str]) -> Any:
-    """Large exponents parse to inf as floats: treat them like the NaN/Infinity words;
-    integers no report can carry exactly are refused the same way."""
-    if isinstance(v, float) and not math.isfinite(v):
-        problems.append(f"non-finite number {v} replaced by null")
-        return None
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_SAFE_INT:
-        problems.append(f"integer of {len(str(abs(v)))} digits replaced by null")
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x, problems) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_finite(x, problems) for x in v]
-    return v
+class _Cleaner:
+    """Walks parsed node JSON once: large exponents parse to inf as floats (treated like
+    the NaN/Infinity words), integers no report can carry exactly become null, lone
+    surrogates in text and keys become escapes. Every replacement is counted, the first
+    few named: a file of a million NaNs is not a million problem lines."""
+
+    def __init__(self) -> None:
+        self.named: list[str] = []
+        self.count = 0
+        self.surrogates = 0
+        self.controls = 0
+
+    def note(self, line: str) -> None:
+        self.count += 1
+        if len(self.named) < _MAX_NAMED:
+            self.named.append(line)
+
+    def lines(self) -> list[str]:
+        out = list(self.named)
+        if self.count > len(self.named):
+            out.append(f"{self.count - len(self.named)} more number(s) replaced by null")
+        if self.surrogates:
+            out.append(f"{self.surrogates} text value(s) held lone surrogates (no Unicode "
+                       "text); written as their \\u escapes")
+        if self.controls:
+            out.append(f"{self.controls} text value(s) held control characters or bidi "
+                       "overrides; removed")
+        return out
+
+    def text(self, v: str) -> str:
+        """Text a report can hold and a reader reads as it is: no lone surrogates, no
+        terminal controls (C0 but \\n and \\t, C1), no bidi overrides."""
+        if has_surrogates(v):
+            self.surrogates += 1
+            v = replace_surrogates(v)
+        if has_control(v):
+            self.controls += 1
+            v = strip_control(v)
+        return v
+
+    def clean(self, v: Any) -> Any:
+        if isinstance(v, str):
+            return self.text(v)
+        if isinstance(v, float) and not math.isfinite(v):
+            self.note(f"non-finite number {v} replaced by null")
+            return None
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_SAFE_INT:
+            self.note(f"integer of {len(str(abs(v)))} digits replaced by null")
+            return None
+        if isinstance(v, dict):
+            return {self.text(k): self.clean(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [self.clean(x) for x in v]
+        return v
 
 
 def _holds_node_data(p: Path) -> bool:
@@ -348,9 +407,11 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def _read_own_json(path: Path) -> dict[str, Any]:
-    """A file the controller wrote itself; a torn one reads as absent."""
+    """A file the controller wrote itself; a torn one reads as absent. Node text in it
+    is cleaned again: a run written before node data was cleaned on reading may hold
+    lone surrogates, and its reports must still be written."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return {}
-    return data if isinstance(data, dict) else {}
+    return _Cleaner().clean(data) if isinstance(data, dict) else {}

@@ -5,7 +5,8 @@ below_expected -> a passing testcase whose <system-out> starts "BELOW EXPECTED" 
 provisional limit missed short of its gross-fault line; the suite's properties count them);
 an incomplete node gets an <error> testcase and a partial (narrowed) run a
 <failure> testcase "acceptance", so CI can never read either as green. Text that
-came from a node is stripped of control characters (invalid in XML 1.0).
+came from a node is stripped of control characters and of the rest XML 1.0 forbids
+(lone surrogates, U+FFFE, U+FFFF): the file always parses.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from rackready.report import naming
-from rackready.sanitize import strip_control
+from rackready.sanitize import xml_text
 
 
 def _case_name(v: dict[str, Any]) -> str:
@@ -91,4 +92,5 @@ def render_junit(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> str:
         root.set(k, str(sum(int(s.get(k, "0")) for s in root)))
     root.set("outcome", rack["outcome"])
     ET.indent(root)
-    return strip_control(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"
+    # whatever a node sent: only characters XML 1.0 allows (a parser refuses the file else)
+    return xml_text(ET.tostring(root, encoding="unicode", xml_declaration=True)) + "\n"

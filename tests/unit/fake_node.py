@@ -15,6 +15,7 @@ Hostile touches a test can switch on:
     after_exec = fn(command, channel)   called when a command's process has ended, before
                                         its exit status: a node that rewrites its own
                                         files or prints more after the suite ran
+    list_delay = 3.0                    each folder listing is answered this late
 
 As a jump host: forwarding = True accepts "direct-tcpip" channels (ssh -J, ProxyJump)
 and connects them to the destination; forwarded records every destination asked for.
@@ -28,6 +29,7 @@ import socket
 import stat
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +58,7 @@ class FakeNode:
         self.denied: set[str] = set()  # paths SFTP answers "permission denied" for
         self.corrupt_uploads = False
         self.after_exec: Callable[[str, paramiko.Channel], None] | None = None
+        self.list_delay = 0.0  # seconds before each folder listing is answered
         self.procs: list[subprocess.Popen] = []
         self.allowed = [f"{self.root}/"]  # SFTP serves paths under these prefixes only
         self.transports: list[paramiko.Transport] = []
@@ -300,6 +303,7 @@ class _SFTP(SFTPServerInterface):
         return None
 
     def list_folder(self, path):
+        time.sleep(self.fake.list_delay)
         try:
             p = self.fake.path(path)
             out = []

@@ -107,6 +107,17 @@ SUITE = textwrap.dedent('''
         write("/".join(["d"] * 10) + "/deep.txt", b"deep")
         write("d/shallow.txt", b"ok")
         result()
+    elif mode == "folders":
+        for i in range(int(params[0])):
+            os.makedirs(os.path.join(art, f"d{i:02d}"))
+        result()
+    elif mode == "braces":
+        sys.stdout.write("{\\n" * int(params[0]))
+        sys.stdout.flush()
+        result()
+    elif mode == "surrogate":
+        ev(event="check_started", check="a\\ud800", needs=["\\udfff"])
+        result()
     elif mode == "many":
         for i in range(int(params[0])):
             write(f"m{i:03d}.txt", b"m")
@@ -640,3 +651,72 @@ def test_real_bundle_and_suite_run_through_the_session(tmp_path):
     assert [e["event"] for e in events][0] == "run_started"
     assert events[-1] == {**events[-1], "event": "run_finished"}
     assert {c["check"] for c in result["checks"]} == {"kernel.cmdline"}
+
+
+# -- bounded in time and size whatever the node does ---------------------------------
+
+
+def test_listing_folders_obeys_the_fetch_deadline(run, fake):
+    """12 empty folders, each listing answered late: the fetch deadline holds while
+    listing (not only while reading files) and is the recorded problem."""
+    fake.list_delay = 0.4
+    start = time.monotonic()
+    out = run("folders:12", fetch_s=1.5)
+    took = time.monotonic() - start
+    assert out.problem == "fetching results took longer than 1.5 s"
+    assert took < 4, took  # 13 listings at 0.4 s would be 5.2 s of fetching
+
+
+def test_malformed_line_notes_are_summarized_within_the_log_budget(run):
+    out = run("braces:20000", max_stderr_bytes=4096)
+    assert out.bad_lines == 20000 and out.problem == "sent 20000 malformed event lines"
+    log = run.log()
+    assert log.count("bad event line (") == 20  # the first few, then a count
+    assert "19980 more bad event lines not logged" in log
+    assert run.files.log.stat().st_size < 20_000
+
+
+def test_lone_surrogates_in_an_event_are_escaped_before_it_is_passed_on(run):
+    out = run("surrogate")
+    assert out.problem == "" and out.bad_lines == 0
+    started = next(e for e in run.events if e["event"] == "check_started")
+    assert started["check"] == "a\\ud800" and started["needs"] == ["\\udfff"]
+    json.dumps(run.events).encode("utf-8")  # every text is writable now
+
+
+def _flood(stream: str, size: int, trickle_s: float = 0.0):
+    def hook(command: str, channel) -> bool:
+        send = channel.sendall if stream == "stdout" else channel.sendall_stderr
+        try:
+            if trickle_s:
+                for _ in range(size):
+                    send(b".")
+                    time.sleep(trickle_s)
+            else:
+                for _ in range(size >> 16):
+                    send(b"x" * (1 << 16))
+        except (OSError, EOFError):  # the controller closed the channel: stopped
+            return True
+        finish(channel, 0)
+        return True
+    return hook
+
+
+@pytest.mark.parametrize("stream, size, trickle_s, problem", [
+    ("stdout", 4 << 20, 0.0, "sent more than 64 KiB on stdout"),
+    ("stderr", 3 << 20, 0.0, "sent more than 64 KiB on stderr (3080192 bytes not kept)"),
+    ("stdout", 100, 0.3, "no end within 1.5 s"),
+])
+def test_run_command_is_bounded_in_bytes_and_time(tmp_path, stream, size, trickle_s, problem):
+    node = FakeNode(tmp_path / "node", exec_hook=_flood(stream, size, trickle_s))
+    client = node.connect()
+    try:
+        start = time.monotonic()
+        res = ns.run_command(client, "anything", timeout_s=1.5, idle_s=1,
+                             max_stdout=64 << 10, max_stderr=64 << 10)
+        assert time.monotonic() - start < 5
+    finally:
+        client.close()
+        node.close()
+    assert res.problem == problem
+    assert len(res.out) <= 64 << 10 and len(res.err) <= (64 << 10) + 5000

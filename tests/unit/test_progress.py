@@ -210,3 +210,23 @@ def test_check_verdict_counts_a_missing_labelled_part_against_the_check():
     assert check_verdict(r, profile) == "FAIL"
     r["measurements"] = [*links, {**links[0], "labels": {"pair": "1-2"}}]
     assert check_verdict(r, profile) == "PASS"
+
+
+class _StrictTty(io.TextIOWrapper):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "ascii"])
+def test_text_no_stream_can_write_never_breaks_the_board(encoding):
+    """A lone surrogate (valid JSON, no UTF-8 form) or text the terminal's encoding lacks,
+    from one node: the board redraws every node's line, and none of them raises."""
+    stream = _StrictTty(io.BytesIO(), encoding=encoding, errors="strict", write_through=True)
+    board = Board(["good", "bad"], stream=stream)
+    board.event("bad", {"event": "check_started", "check": "gpu\ud800 ✓"})
+    board.event("bad", {"event": "progress", "check": "x", "fraction": 0.5,
+                        "label": "\udfff"})
+    board.update("good", "fetching results")  # redraws the bad node's line too
+    board.finish("bad", "INCOMPLETE", "reason \ud800")
+    board.close()
+    assert "fetching results" in stream.buffer.getvalue().decode(encoding)

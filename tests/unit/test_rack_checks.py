@@ -376,3 +376,75 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     rack2, docs2 = build_documents(run2)
     assert [d["outcome"] for d in docs2] == ["PASS", "PASS"]
     assert rack2["outcome"] == "INCOMPLETE" and "rack step" in rack2["outcome_reason"]
+
+
+# --- the step's remote commands: bounded like the node session ----------------------
+
+
+def _hostile_workload(kind: str):
+    """A node whose rack workload floods or trickles; every other command runs."""
+    import time
+
+    from fake_node import finish
+
+    def hook(command: str, channel) -> bool:
+        if "torch.distributed.run" not in command:
+            return False
+        try:
+            if kind == "stdout":
+                for _ in range(64):  # 4 MiB
+                    channel.sendall(b"o" * (1 << 16))
+            elif kind == "stderr":
+                for _ in range(48):  # 3 MiB
+                    channel.sendall_stderr(b"e" * (1 << 16))
+            else:  # one byte every 0.4 s: never idle, never done
+                for _ in range(100):
+                    channel.sendall(b".")
+                    time.sleep(0.4)
+        except (OSError, EOFError):  # the controller closed the channel: stopped
+            return True
+        finish(channel, 0)
+        return True
+    return hook
+
+
+@pytest.mark.parametrize("kind, problem", [
+    ("stdout", "rack workload: sent more than 64 KiB on stdout"),
+    ("stderr", "rack workload: sent more than 64 KiB on stderr"),
+    ("trickle", "rack workload: no end within 2 s"),
+])
+def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind, problem):
+    """The rack step's remote commands go through node_session.run_command: byte caps on
+    stdout and stderr (drained together), an overall deadline; the cap hit is named."""
+    import dataclasses
+    import time
+
+    from fake_node import FakeNode
+
+    from rackready import node_session
+    from rackready.rundir import Plan, PlannedNode, RunDir
+
+    fakes = [FakeNode(tmp_path / n, exec_hook=_hostile_workload(kind)) for n in ("na", "nb")]
+    nodes = {n: dataclasses.replace(f.node, name=n, rdma_devices=("0000:1a:00.0",))
+             for n, f in zip(("na", "nb"), fakes, strict=True)}
+    monkeypatch.setattr(node_session, "ship_bundle", lambda *a, **k: "/nonexistent")
+    monkeypatch.setattr(rc, "TIMEOUT_S", {"cuda": 1, "cpu": 1})
+    monkeypatch.setattr(rc, "RACK_LIMITS", rc.RackLimits(
+        max_stdout=64 << 10, max_stderr=64 << 10, grace_s=1, idle_s=1.5, command_s=5))
+    plan = Plan(run_id="r1", inventory="t", level="quick", only=None,
+                nodes=[PlannedNode(n, "xe9680-h200-lab") for n in nodes])
+    run = RunDir.create(tmp_path, str(tmp_path / "run"), plan)
+    profile = load_profile("xe9680-h200-lab")
+    group = {"planned": ["na", "nb"], "members": ["na", "nb"], "left_out": []}
+    start = time.monotonic()
+    try:
+        g = rc.run_group(run, "f", group, nodes, {"na": profile, "nb": profile},
+                         (b"", "0" * 64), lambda n: "/venv", lambda n: {})
+    finally:
+        for f in fakes:
+            f.close()
+    assert time.monotonic() - start < 10
+    assert g["outcome"] == "INCOMPLETE"
+    assert any(p.startswith(f"na: {problem}") for p in g["problems"]), g["problems"]
+    log = (tmp_path / "run" / rc.RACK_DIRNAME / "f" / "na.log").stat().st_size
+    assert log < 200_000

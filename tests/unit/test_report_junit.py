@@ -36,3 +36,21 @@ def test_incomplete_node_is_an_error_case(tmp_path: Path) -> None:
     err = root.find("testsuite/testcase[@name='run_complete']/error")
     assert err is not None and "result.json" in err.text
     assert root.get("errors") == "1"
+
+
+def test_junit_is_well_formed_xml_whatever_the_node_sent(tmp_path: Path) -> None:
+    """Characters XML 1.0 forbids, in any node text (U+FFFE, U+FFFF, NUL, a lone
+    surrogate): the file still parses, for the whole rack."""
+    rack, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
+    odd = "x\ufffe\uffff\x00\ud800\x1b[2Jy"
+    for doc in docs:
+        doc["problems"] = [f"problem {odd}"]
+        for v in doc["verdicts"]:
+            v["message"] = f"{v['message']} {odd}"
+            v["remediation"] = odd
+            v["labels"] = {**v["labels"], "note": odd}
+    text = render_junit(rack, docs)
+    root = ET.fromstring(text.encode("utf-8"))  # raises on any character XML forbids
+    assert len(root.findall("testsuite")) == 2
+    fail = root.find("testsuite/testcase/failure")
+    assert fail is not None and "xy" not in fail.get("message") and "\\ud800" in text

@@ -158,3 +158,63 @@ def test_random_damage_never_stops_the_rack_and_never_moves_the_healthy_node(
         assert j["gpu02"]["outcome"] == healthy
         build_reports(run.path, {"json", "html", "junit"})  # never raises
         assert (run.report_dir / "node-gpu01.json").is_file()
+
+
+def _fixture_result() -> dict:
+    import gzip
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "fixtures" / "h200x2-quick-result.json.gz"
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def test_a_real_result_is_well_inside_the_count_caps():
+    problems: list[str] = []
+    out = conform_result(_fixture_result(), problems)
+    assert problems == []
+    assert sum(len(c["measurements"]) for c in out["checks"]) == 677
+
+
+def test_counts_are_capped_and_named_so_the_node_cannot_pass():
+    """Bytes are capped by the fetch; counts here: checks, measurements per check and in
+    all, labels, text lengths. Each cap passed is named; the result stays bounded."""
+    from rackready.result_shape import ResultCaps
+
+    caps = ResultCaps(checks=3, measurements_per_check=5, measurements=8, labels=2,
+                      text_chars=16, message_chars=32)
+    m = {"name": "m", "value": 1.0, "unit": "", "labels": {"a": "1", "b": "2", "c": "3"}}
+    checks = [{"check": f"c{i}", "status": "ok", "duration_s": 1.0, "message": "x" * 100,
+               "measurements": [copy.deepcopy(m) for _ in range(7)]} for i in range(4)]
+    checks[0]["measurements"][0]["labels"]["a"] = "v" * 100
+    checks[0]["measurements"][1]["name"] = "n" * 100
+    problems: list[str] = []
+    out = conform_result({"schema_version": "1.0", "checks": checks}, problems, caps)
+    assert len(out["checks"]) == 3
+    assert [len(c["measurements"]) for c in out["checks"]] == [5, 3, 0]
+    assert all(len(m["labels"]) <= 2 for c in out["checks"] for m in c["measurements"])
+    assert out["checks"][0]["measurements"][0]["labels"]["a"] == "v" * 16
+    assert len(out["checks"][0]["message"]) == 32
+    assert all(p.startswith(MALFORMED) for p in problems)  # so the judge makes it INCOMPLETE
+    text = " ".join(problems)
+    assert "checks has 4 entries, over the cap of 3" in text
+    assert "has 7 entries, over the cap of 5 per check" in text
+    # every cap passed is named once, first (other details are summarized after it)
+    assert "over the cap of 8 for all checks together" in text
+    assert "labels has 3 labels, over the cap of 2" in text
+    assert "is 100 characters, over the cap of 16" in text
+    assert "is 100 characters, over the cap of 32" in text  # the message
+    assert problems[0].endswith("checks has 4 entries, over the cap of 3; the rest dropped")
+    assert len(problems) == 6  # one per cap, however many parts passed it
+
+
+def test_a_result_of_countless_tiny_values_is_refused_before_parsing(tmp_path, monkeypatch):
+    from rackready import result_shape
+    from rackready.rundir import RunDir
+
+    monkeypatch.setattr(result_shape, "CAPS", result_shape.ResultCaps(json_values=1000))
+    (tmp_path / "result.json").write_text(json.dumps(
+        {"schema_version": "1.0", "checks": [], "pad": [{}] * 2000}))
+    got = RunDir.open(tmp_path).read_result(tmp_path.name)
+    assert got.result is None
+    assert got.problems == ["result.json is unreadable (more than 1000 JSON values (the cap "
+                            "per file))"]
