@@ -6,7 +6,7 @@
 #   workloads: {fsdp: {steps: 20, ckpt_step: 10}} to try a level's parameters before changing it)
 # Results: $OUT/<level>.tar.gz (the run directory; unpack and `invoke report --run DIR`)
 # and $OUT/timing.txt. The profile is scoped to what the machine has (its GPUs; it has
-# no ConnectX, NVMe RAID, NVSwitch device files, fabric manager service, nccl-tests or fio):
+# no ConnectX, NVMe RAID, NVSwitch device files, fabric manager service, nccl-tests, fio or DCGM):
 # those checks are reported not applicable, never passed.
 set -u
 OUT=${OUT:-/tmp/validate-out}
@@ -14,7 +14,7 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 PROFILE=${PROFILE:-xe9680-h200}
 GPUS=$(nvidia-smi -L | wc -l)
-WITHOUT=${WITHOUT:-rdma,nvme,raid,nvswitch,fabric-manager,nccl-tests,fio}
+WITHOUT=${WITHOUT:-rdma,nvme,raid,nvswitch,fabric-manager,nccl-tests,fio,dcgm}
 RUNS=/tmp/rr-runs
 rm -rf "$RUNS"; mkdir -p "$RUNS"
 : > "$OUT/timing.txt"
