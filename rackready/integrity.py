@@ -11,13 +11,13 @@ finding is never PASS.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from rackready.result_shape import conform_result
+from rackready.rundir import sha256_file
 from rackready.sanitize import one_line
 
 KINDS = ("session", "evidence", "replay", "identity", "stream")
@@ -50,14 +50,6 @@ def session_findings(problem: str, session: dict[str, Any]) -> list[dict[str, st
 
 # --- cited evidence ---------------------------------------------------------------------
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def evidence_findings(node_dir: Path, cited: dict[str, str]) -> list[dict[str, str]]:
     """Every artifact result.json cites (path -> sha256) must be on the controller with
     that hash: evidence that is missing or different backs nothing."""
@@ -69,7 +61,7 @@ def evidence_findings(node_dir: Path, cited: dict[str, str]) -> list[dict[str, s
         path = (root / str(rel).removeprefix("artifacts/")).resolve()
         if not path.is_relative_to(root) or not path.is_file():
             missing.append(str(rel))
-        elif _sha256(path) != want:
+        elif sha256_file(path) != want:
             different.append(str(rel))
     out = []
     if missing:

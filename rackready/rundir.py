@@ -19,6 +19,7 @@ schema versions turned into recorded problems, never into exceptions.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -39,6 +40,15 @@ REPORT_DIRNAME = "report"
 MAX_RESULT_BYTES = 64 << 20
 # result.json schema versions this controller knows how to judge.
 KNOWN_RESULT_SCHEMAS = ("1.0",)
+
+
+def sha256_file(path: Path) -> str:
+    """A file's SHA-256, read in 1 MiB pieces (artifacts may be large)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def now_iso() -> str:

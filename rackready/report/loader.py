@@ -15,7 +15,6 @@ Layouts accepted:
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 from rackready.errors import UserError
 from rackready.report.errors import ReportError
 from rackready.result_shape import conform_result
-from rackready.rundir import RunDir
+from rackready.rundir import RunDir, sha256_file
 
 # Measurement status for a check that started but never finished (report-only value).
 INTERRUPTED = "interrupted"
@@ -164,9 +163,3 @@ def hash_artifacts(node_dir: Path) -> dict[str, str]:
     return out
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

@@ -114,3 +114,20 @@ def test_param_count_and_flops_match_torchtitan_reference():
 
 def test_parse_cpulist():
     assert parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+
+
+def test_a_long_burn_in_reaches_the_result_as_a_bounded_series_that_keeps_every_dip():
+    """A 4 h burn-in has 14,400 intervals per GPU and dtype: 8 GPUs of them would pass the
+    controller's count caps. The result carries at most 600 points per series, each the
+    worst of its run of intervals; the full log stays an artifact."""
+    from validation.workloads.gemm_burnin import SERIES_POINTS, series_points
+
+    records = [{"t_s": float(t), "tflops": 660.0, "power_w": 690.0, "sm_mhz": 1400,
+                "temp_c": 60} for t in range(4 * 3600)]
+    records[5000].update(tflops=400.0, sm_mhz=990, power_w=700.0, temp_c=88)  # one bad second
+    points = series_points(records)
+    assert len(points) <= SERIES_POINTS and points[0]["t_s"] == 0.0
+    assert min(p["tflops"] for p in points) == 400.0 and min(p["sm_mhz"] for p in points) == 990
+    assert max(p["temp_c"] for p in points) == 88 and max(p["power_w"] for p in points) == 700.0
+    assert sum(p["tflops"] == 400.0 for p in points) == 1
+    assert series_points(records[:100]) == records[:100]  # short runs: every interval

@@ -323,13 +323,39 @@ def _telemetry(sampler: Sampler | None, h0: float, h1: float) -> dict[str, Any]:
     }
 
 
+# The plotted series in the result: at most this many points per GPU and dtype (a 4 h
+# burn-in at 1 s intervals has 14,400; every interval stays in the interval log). Judged
+# figures are computed from every interval, never from these points.
+SERIES_POINTS = 600
+
+
+def series_points(records: list[Record], most: int = SERIES_POINTS) -> list[Record]:
+    """The intervals as at most `most` points, each standing for a run of consecutive
+    intervals by its worst: the lowest rate and clock, the highest power and temperature,
+    so a short dip or spike still shows."""
+    if len(records) <= most:
+        return records
+    size = -(-len(records) // most)
+    out: list[Record] = []
+    for i in range(0, len(records), size):
+        run = records[i:i + size]
+        point = dict(run[0])
+        point["tflops"] = min(r["tflops"] for r in run)
+        if all(r.get("power_w") is not None for r in run):
+            point.update(power_w=max(r["power_w"] for r in run),
+                         sm_mhz=min(r["sm_mhz"] for r in run),
+                         temp_c=max(r["temp_c"] for r in run))
+        out.append(point)  # type: ignore[arg-type]
+    return out
+
+
 def _report(
     sink: Sink, sampler: Sampler | None, g: int, dtype: str, n: int, records: list[Record]
 ) -> None:
     """Measurements of the whole window of one dtype: earlier segments and this one."""
     summ = burnin_log.summarize(records)
     sink.emit("gemm.tflops", round(summ["tflops"], 2), "TFLOP/s", gpu=g, dtype=dtype, n=n)
-    for r in records:
+    for r in series_points(records):
         ts = round(float(r["t_s"]), 2)
         sink.emit("gemm.interval_tflops", round(r["tflops"], 2), "TFLOP/s", gpu=g, dtype=dtype,
                   t_s=ts)
