@@ -249,8 +249,10 @@ def hosts_in_group(name: str, group: str) -> list[str]:
 
 def load(name: str) -> list[Node]:
     """The GPU nodes of an inventory: every host that names a hardware profile
-    (staging or mirror hosts have none and are not validated)."""
-    path, hosts = _hosts(name)
+    (staging or mirror hosts have none and are not validated). An encrypted vars file
+    that cannot be opened is refused, as ansible-playbook refuses it: skipped, it would
+    take the site's settings in it (fabric, user, what a node lacks) out of the plan."""
+    path, hosts = _hosts(name, vault_files_needed=True)
     nodes = [_node(h, v, path) for h, v in hosts.items() if v.get("rackready_profile")]
     if not nodes:
         raise UserError(f"{path}: no host in the inventory has a rackready_profile")
@@ -258,7 +260,7 @@ def load(name: str) -> list[Node]:
 
 
 def find(name: str, inventory: str) -> Node:
-    path, hosts = _hosts(inventory)
+    path, hosts = _hosts(inventory, vault_files_needed=True)
     if name not in hosts:
         known = ", ".join(h for h, v in hosts.items() if v.get("rackready_profile"))
         raise UserError(f"unknown node '{name}' in inventory '{inventory}' (nodes: {known})")
