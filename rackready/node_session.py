@@ -728,9 +728,9 @@ class _Session:
                     if n > cap:
                         self._refuse(label, self._over(n))
                         return False
-                    fh.write(chunk)
+                    _local_write(local, fh.write, chunk)
                     self._in_time(sftp)
-            os.replace(tmp, local)
+            _local_write(local, os.replace, tmp, local)
             ok = True
         finally:
             if not ok:
@@ -1100,6 +1100,16 @@ def _mkdir_problem(err: str, fallback: str) -> str:
 def _reason(err: str) -> str:
     lines = err.strip().splitlines()
     return one_line(lines[-1].rsplit(": ", 1)[-1]) if lines else ""
+
+
+def _local_write(local: Path, write: Callable[..., object], *args: object) -> None:
+    """A write on the controller's own disk (full, a folder where the file goes) is the
+    controller's problem, said as such: never read as the node's connection being lost."""
+    try:
+        write(*args)
+    except OSError as exc:
+        raise _Fail(f"cannot write {local} on the controller: "
+                    f"{exc.strerror or type(exc).__name__}") from None
 
 
 def _lost(exc: BaseException) -> str:

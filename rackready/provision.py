@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from rackready.errors import UserError
 from rackready.inventory import PROJECT_ROOT, check_inventory, inventory_path, vault_env
 
@@ -25,6 +27,41 @@ class RunResult:
 
     def changed(self) -> dict[str, int]:
         return {h: s.get("changed", 0) for h, s in self.stats.items()}
+
+
+# Ansible's own tag words, always accepted.
+SPECIAL_TAGS = frozenset({"all", "always", "never", "tagged", "untagged"})
+
+
+def known_tags() -> set[str]:
+    """Every tag the playbooks and roles declare (a play's or a task's `tags:`)."""
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            tags = node.get("tags")
+            found.update([tags] if isinstance(tags, str) else
+                         [str(t) for t in tags] if isinstance(tags, list) else [])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for f in sorted([*PLAYBOOKS.glob("*.yml"), *(PROJECT_ROOT / "roles").glob("*/tasks/*.yml")]):
+        walk(yaml.safe_load(f.read_text(encoding="utf-8")))
+    return found
+
+
+def _check_tags(tags: str | None) -> None:
+    """A mistyped tag would select nothing and every host would read "ok": refuse it."""
+    if not tags:
+        return
+    asked = {t.strip() for t in tags.split(",") if t.strip()}
+    unknown = sorted(asked - known_tags() - SPECIAL_TAGS)
+    if unknown:
+        raise UserError(f"--tags: unknown tag(s) {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(known_tags()))})")
 
 
 def run_playbook(
@@ -48,6 +85,7 @@ def run_playbook(
     book = PLAYBOOKS / playbook
     if not book.exists():
         raise UserError(f"no playbook {book.relative_to(PROJECT_ROOT)}")
+    _check_tags(tags)
     cmdline = []
     if check:
         cmdline.append("--check")

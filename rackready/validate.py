@@ -111,10 +111,19 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     _print_rack(rack)
     _reports(run.path, formats)
     print(f"run directory: {run.path}")
+    from rackready.rack_checks import read_rack
+
+    return exit_code(judgements, rack or read_rack(run.path) or {})
+
+
+def exit_code(judgements: dict[str, dict], rack: dict) -> int:
+    """0 only when the whole run passed: every planned node (those a --resume did not
+    reach too, as its rack.json says) and the rack step."""
     from rackready.rack_checks import rack_outcome_of
 
     rack_ok = all(o == "PASS" for o in rack_outcome_of(rack))
-    return 0 if all(r.outcome == "PASS" for r in runs) and rack_ok else 1
+    return 0 if judgements and rack_ok and all(
+        j["outcome"] == "PASS" for j in judgements.values()) else 1
 
 
 def _only(only: str | None) -> list[str] | None:

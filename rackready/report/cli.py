@@ -183,10 +183,28 @@ def sign_run(report: Path, name: str, key_path: Path,
             + [f"wrote {manifest}", f"key {fp}"])
 
 
+def _what_is_verified(report: Path) -> str:
+    """The run, inventory, outcome and signer the folder claims, so two racks' signed
+    folders are told apart (the claim itself is what the lines below verify)."""
+    from rackready.report.signing import resolve_report_dir
+    from rackready.sanitize import one_line
+
+    try:
+        rack = json.loads((resolve_report_dir(report) / "rack.json").read_text("utf-8"))
+        signoff = rack.get("signoff") or {}
+        return one_line(
+            f"{report}: rack report of run {rack.get('run_id')}, inventory "
+            f"{rack.get('inventory')}, {rack.get('outcome')}, signed by "
+            f"{signoff.get('name') or 'nobody'} on {signoff.get('date') or '-'}", 400)
+    except (OSError, ValueError, AttributeError, ReportError):
+        return f"{report}: no readable rack.json: which run this is cannot be told"
+
+
 def verify_run(report: Path, pubkey: Path) -> int:
     """Print one line per file; 0 when every file verifies, 1 otherwise."""
     pub = load_public_key(pubkey)
     checks = verify_report_dir(report, pub)
+    print(_what_is_verified(report))
     width = max(len(c.name) for c in checks)
     for c in checks:
         status = f"OK      ({c.note})" if c.ok else f"FAILED  {'; '.join(c.problems)}"

@@ -294,8 +294,9 @@ def sign_reports(report_dir: Path, key: Ed25519PrivateKey, name: str,
 
 
 def _folder_files(report_dir: Path) -> dict[str, Path]:
-    """Every non-hidden entry of the folder by name (hidden files are a viewer's, not ours)."""
-    return {p.name: p for p in sorted(report_dir.iterdir()) if not p.name.startswith(".")}
+    """Every entry of the folder by name, hidden ones too: a file the signature does not
+    cover is no part of the signed report, whatever its name."""
+    return {p.name: p for p in sorted(report_dir.iterdir())}
 
 
 def write_manifest(report_dir: Path, key: Ed25519PrivateKey, name: str,

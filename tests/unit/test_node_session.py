@@ -523,6 +523,22 @@ def test_sftp_permission_denied_is_not_a_lost_connection(run, fake):
     assert out.problem.endswith(": Permission denied")
 
 
+def test_a_local_write_failure_is_the_controllers_not_a_lost_connection(run, monkeypatch):
+    """The controller's own disk (a folder where result.json goes, a full disk) fails the
+    fetch with what happened there, never "connection lost"."""
+    real = ns.os.replace
+
+    def replace(src, dst):
+        if Path(dst).name == "result.json":
+            raise IsADirectoryError(21, "Is a directory")
+        return real(src, dst)
+
+    monkeypatch.setattr(ns.os, "replace", replace)
+    out = run("healthy")
+    assert out.problem == f"cannot write {run.files.result} on the controller: Is a directory"
+    assert "connection lost" not in out.problem
+
+
 def test_failed_mkdir_is_reported_as_such(run):
     run.base.parent.mkdir(parents=True, exist_ok=True)
     run.base.write_text("a file where the base folder should be")

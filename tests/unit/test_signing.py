@@ -217,10 +217,11 @@ def test_an_edited_byte_in_a_rendered_file_fails(signed: Path, keys: tuple[Path,
 def test_a_removed_or_added_file_fails(signed: Path, keys: tuple[Path, Path]) -> None:
     (signed / "junit.xml").unlink()
     (signed / "node-gpu03.html").write_text("<p>PASS</p>")
-    (signed / ".DS_Store").write_bytes(b"viewer's own")  # hidden files are ignored
+    (signed / ".hidden.html").write_bytes(b"<p>PASS</p>")  # a hidden name hides nothing
     failed = failures(signed, keys[1])
     assert failed == {"junit.xml": ["missing (the signed manifest lists it)"],
-                      "node-gpu03.html": [f"not in the signed manifest {MANIFEST}"]}
+                      "node-gpu03.html": [f"not in the signed manifest {MANIFEST}"],
+                      ".hidden.html": [f"not in the signed manifest {MANIFEST}"]}
 
 
 def test_a_swapped_node_report_fails_the_rack_chain(tmp_path: Path, signed: Path,

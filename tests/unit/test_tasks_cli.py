@@ -76,11 +76,27 @@ def test_host_without_profile_is_refused(tmp_path):
     assert "no rackready_profile" in one_line_error(proc)
 
 
-def test_unknown_flag_fails():
-    proc = invoke("provision", "--inventory", "rack1", "--colour")
-    assert proc.returncode != 0
-    assert "--colour" in proc.stderr + proc.stdout
-    assert "Traceback" not in proc.stderr
+def test_unknown_flag_or_task_is_one_line_exit_2():
+    for args, word in ((("provision", "--inventory", "rack1", "--colour"), "--colour"),
+                       (("validate", "--nod", "gpu01"), "--nod"),
+                       (("valdiate",), "valdiate")):
+        proc = invoke(*args)
+        assert proc.returncode == 2, (args, proc.returncode)
+        assert word in one_line_error(proc)
+
+
+def test_an_unknown_provisioning_tag_is_refused_before_ansible_runs():
+    proc = invoke("provision", "--inventory", "rack1", "--tags", "driver,nosuchtag")
+    assert proc.returncode == 2
+    err = one_line_error(proc)
+    assert "unknown tag(s) nosuchtag" in err and "driver" in err
+
+
+def test_calibrate_needs_its_flags_and_known_good_nodes_of_one_profile():
+    assert "--nodes is required" in one_line_error(invoke("calibrate", "--inventory", "rack1"))
+    proc = invoke("calibrate", "--inventory", "rack1", "--nodes", "gpu01,gpu05")
+    assert proc.returncode == 2
+    assert "at least 2 known-good nodes of profile" in one_line_error(proc)
 
 
 def test_bad_node_count_is_one_line_exit_2():

@@ -191,3 +191,15 @@ def test_a_lying_node_is_never_believed(rack, lie, outcome, words):
     assert any(f["outcome"] == outcome and words in f["problem"] for f in j["integrity"])
     node = json.loads((out / "report" / "node-gpu01.json").read_text())
     assert node["outcome"] == outcome
+
+
+def test_the_exit_code_is_the_whole_runs_a_resumed_node_passing_is_not_enough():
+    """`--resume RUN --node gpu02` once exited 0 while its rack.json said INCOMPLETE."""
+    from rackready.validate import exit_code
+
+    passed = {"outcome": "PASS"}
+    assert exit_code({"gpu01": passed, "gpu02": passed}, {}) == 0
+    assert exit_code({"gpu01": {"outcome": "INCOMPLETE"}, "gpu02": passed}, {}) == 1
+    failed_rack = {"groups": [{"outcome": "FAIL"}]}
+    assert exit_code({"gpu01": passed, "gpu02": passed}, failed_rack) == 1
+    assert exit_code({}, {}) == 1  # nothing judged is never a pass
