@@ -47,6 +47,10 @@ def test_build_summary_keygen_sign_verify(tmp_path: Path,
     capsys.readouterr()
     assert main(["verify", "--report", str(run / "report"), "--pubkey", f"{key}.pub"]) == 0
     out = capsys.readouterr().out.splitlines()
+    # first what the folder claims to be, so two racks' folders are told apart
+    assert "rack report of run run-20261130-1200, inventory lab" in out[0]
+    assert "signed by Dana Tech" in out[0]
+    out = out[1:]
     assert out[0].startswith("rack.json") and " OK " in out[0]
     assert out[-1].startswith("8 of 8 files verify with key SHA256:")
     rep = run / "report" / "node-gpu01.json"
@@ -97,7 +101,9 @@ def test_invoke_verify_ok_then_failed(signed_run: tuple[Path, Path], tmp_path: P
     proc = run_cli("verify", "--report", str(run / "report"), "--pubkey", f"{key}.pub",
                    module="invoke")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert all(" OK " in line for line in proc.stdout.splitlines()[:-1])
+    head, *files = proc.stdout.splitlines()
+    assert "rack report of run" in head and "signed by Dana Tech" in head
+    assert all(" OK " in line for line in files[:-1])
     other = tmp_path / "other.key"
     assert run_cli("keygen", "--out", str(other), module="invoke").returncode == 0
     proc = run_cli("verify", "--report", str(run), "--pubkey", f"{other}.pub", module="invoke")
