@@ -44,7 +44,7 @@ def test_healthy_nodes_give_a_floor_between_the_gross_line_and_their_weakest():
     assert refusals == []
     lim = _limit(limits)
     weakest = min(m.value for i in range(3) for m in _node(seed=i)[0].measurements)
-    assert 180.0 <= lim["value"] <= weakest and lim["value"] > 360.0 * 0.9
+    assert 252.0 <= lim["value"] <= weakest and lim["value"] > 360.0 * 0.9
     assert lim["statistics"]["nodes"] == 3 and lim["statistics"]["devices"] == 24
 
 
@@ -69,7 +69,7 @@ def test_a_node_slower_on_every_rail_is_refused_as_an_outlier():
 def test_the_floor_is_never_looser_than_the_gross_line():
     prof = load_profile("xe9680-h200")
     limits, _ = calibrate_profile(prof, {f"n{i}": _node(scale=0.3, seed=i) for i in range(3)})
-    assert _limit(limits)["value"] == 180.0  # half of 360: the gross line, not lower
+    assert _limit(limits)["value"] == 252.0  # 0.7 x 360: the gross line, not lower
 
 
 def _overlay(prof, nodes=None):
