@@ -50,7 +50,22 @@ def session_findings(problem: str, session: dict[str, Any]) -> list[dict[str, st
 
 # --- cited evidence ---------------------------------------------------------------------
 
-def evidence_findings(node_dir: Path, cited: dict[str, str]) -> list[dict[str, str]]:
+def cited_evidence(result: dict[str, Any]) -> dict[str, str | None]:
+    """What the result cites: its artifacts map (path -> sha256), and every artifact a
+    measurement names (no hash: it must at least be there), so a result that drops its
+    map still answers for the evidence its measurements point at."""
+    cited: dict[str, str | None] = {}
+    for c in _checks(result):
+        for m in c.get("measurements") or []:
+            if isinstance(m, dict) and isinstance(m.get("artifact"), str) and m["artifact"]:
+                cited.setdefault(m["artifact"], None)
+    recorded = result.get("artifacts")
+    if isinstance(recorded, dict):
+        cited.update({str(k): str(v) for k, v in recorded.items()})
+    return cited
+
+
+def evidence_findings(node_dir: Path, cited: dict[str, str | None]) -> list[dict[str, str]]:
     """Every artifact result.json cites (path -> sha256) must be on the controller with
     that hash: evidence that is missing or different backs nothing."""
     root = (node_dir / "artifacts").resolve()
@@ -61,7 +76,7 @@ def evidence_findings(node_dir: Path, cited: dict[str, str]) -> list[dict[str, s
         path = (root / str(rel).removeprefix("artifacts/")).resolve()
         if not path.is_relative_to(root) or not path.is_file():
             missing.append(str(rel))
-        elif sha256_file(path) != want:
+        elif want is not None and sha256_file(path) != want:
             different.append(str(rel))
     out = []
     if missing:
@@ -213,7 +228,7 @@ def node_findings(node_dir: Path, identity: dict[str, Any], result: dict[str, An
         return out  # no result: INCOMPLETE already, nothing to compare it with
     out += replay_findings(result, nonce, bundle_sha256)
     out += identity_findings(identity, result)
-    out += evidence_findings(node_dir, result.get("artifacts") or {})
+    out += evidence_findings(node_dir, cited_evidence(result))
     if events:
         out += stream_findings(events, result)
     return out

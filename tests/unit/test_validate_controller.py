@@ -155,6 +155,13 @@ def _cite_wrong_hash(res: dict, out: Path) -> None:
     res["artifacts"]["artifacts/smi.txt"] = hashlib.sha256(b"what it claimed").hexdigest()
 
 
+def _drop_the_map(res: dict, out: Path) -> None:
+    """No artifacts map at all, and a measurement pointing at a file never written."""
+    res.pop("artifacts", None)
+    m = next(m for c in res["checks"] for m in c["measurements"])
+    m["artifact"] = "artifacts/raw/never-written.txt"
+
+
 def _stream_error(out: Path, channel: paramiko.Channel) -> None:
     res = json.loads((out / "result.json").read_text())
     check = next(c for c in res["checks"] if c["check"] == "kernel.cmdline")
@@ -167,13 +174,14 @@ def _stream_error(out: Path, channel: paramiko.Channel) -> None:
     (_symlink, "INCOMPLETE", "refused"),
     (_edit_result(_cite_missing), "INCOMPLETE", "49 of "),
     (_edit_result(_cite_wrong_hash), "INCOMPLETE", "differ from the sha256"),
+    (_edit_result(_drop_the_map), "INCOMPLETE", "cited artifact(s) missing"),
     (_edit_result(lambda r, o: r.pop("nonce")), "INCOMPLETE", "this run's nonce"),
     (_edit_result(lambda r, o: r.update(nonce="0" * 32)), "INCOMPLETE", "another run's"),
     (_edit_result(lambda r, o: r.pop("bundle_sha256")), "INCOMPLETE", "no bundle_sha256"),
     (_edit_result(lambda r, o: r.update(hostname="gpu77")), "INCOMPLETE", "from host 'gpu77'"),
     (_stream_error, "FAIL", "kernel.cmdline: error in the live stream"),
-], ids=["refused-artifact", "cited-missing", "cited-mismatch", "no-nonce", "replayed-nonce",
-        "no-bundle", "wrong-hostname", "stream-error-result-ok"])
+], ids=["refused-artifact", "cited-missing", "cited-mismatch", "map-dropped", "no-nonce",
+        "replayed-nonce", "no-bundle", "wrong-hostname", "stream-error-result-ok"])
 def test_a_lying_node_is_never_believed(rack, lie, outcome, words):
     def after(command: str, channel: paramiko.Channel) -> None:
         if " validation run " in command:  # the suite, not a preparation command
