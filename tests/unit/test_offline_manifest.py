@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from rackready import offline_manifest, provision
+from rackready.errors import UserError
 from rackready.lab.hwsim import packages as hwsim_packages
 from rackready.offline_manifest import Manifest, Source, from_vars, manifest
 
@@ -139,7 +140,9 @@ def _vars(**over):
             "offline_bundle_extra_packages": ["fio", "site-tool"],
             "__validation_tools_build_packages": ["build-essential"],
             "offline_bundle_nccl_tests_source_url": "https://x/v2.18.0.tar.gz",
-            "__validation_tools_nccl_tests_tarball": "nccl-tests-2.18.0.tar.gz"}
+            "__validation_tools_nccl_tests_tarball": "nccl-tests-2.18.0.tar.gz",
+            "nvidia_driver_install_headers": True, "offline_bundle_node_kernels": [],
+            "__nvidia_driver_headers_prefix": "linux-headers-"}
     return {**base, **over}.__getitem__
 
 
@@ -148,6 +151,34 @@ def test_dcgm_flavour_follows_the_toolkit_unless_pinned():
     assert "dcgm-cuda13=1:4.2.0-1" in from_vars(_vars(dcgm_cuda_major=13)).packages
     m = from_vars(_vars())
     assert m.packages.count("fio") == 1 and "site-tool" in m.packages  # extras, once
+
+
+def test_the_bundle_carries_the_headers_of_the_nodes_kernels(rack: Path):
+    # the inventory lists the nodes' kernels: their headers, named as nvidia_driver does
+    set_group_var(rack, "staging", offline_bundle_node_kernels=["6.1.0-37-amd64",
+                                                                "6.8.0-79-generic"])
+    m = manifest(rack, "stage01")
+    assert "linux-headers-6.1.0-37-amd64" in m.packages
+    assert "linux-headers-6.8.0-79-generic" in m.packages
+    prefix = yaml.safe_load((ROLES / "nvidia_driver/vars/main.yml").read_text())[
+        "__nvidia_driver_headers_prefix"]
+    assert prefix == "linux-headers-"
+    assert _template(yaml.safe_load((ROLES / "nvidia_driver/vars/main.yml").read_text())[
+        "__nvidia_driver_headers_package"], __nvidia_driver_headers_prefix=prefix,
+        ansible_facts={"kernel": "6.1.0-37-amd64"}) == "linux-headers-6.1.0-37-amd64"
+
+
+def test_without_listed_kernels_the_bundle_carries_the_staging_hosts():
+    m = from_vars(_vars())
+    headers = [p for p in m.packages if p.startswith("linux-headers-")]
+    assert headers == ["linux-headers-" + offline_manifest.KERNEL_FACT]
+    # templated on the staging host from its facts, as the role's download task sees it
+    assert _template(headers[0], ansible_facts={"kernel": "6.1.0-37-amd64"}) == \
+        "linux-headers-6.1.0-37-amd64"
+    assert not [p for p in from_vars(_vars(nvidia_driver_install_headers=False)).packages
+                if p.startswith("linux-headers-")]
+    with pytest.raises(UserError, match="not a kernel release"):
+        from_vars(_vars(offline_bundle_node_kernels=["6.1; rm -rf /"]))
 
 
 def test_invoke_bundle_hands_the_manifest_to_the_role(rack: Path, monkeypatch):
