@@ -401,3 +401,122 @@ def test_the_module_documents_itself():
                                    "validate_certs", "timeout"}
     yaml.safe_load(supply.EXAMPLES)
     yaml.safe_load(supply.RETURN)
+
+
+# --- the roles around the module
+
+def _yaml(rel: str):
+    import yaml
+
+    return yaml.safe_load((ROOT / rel).read_text())
+
+
+def _template(text, **variables):
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    return Templar(loader=DataLoader(), variables=variables).template(text)
+
+
+def _validation_tools_vars(**over) -> dict:
+    v = {**_yaml("roles/validation_tools/defaults/main.yml"),
+         **_yaml("roles/validation_tools/vars/main.yml"), **over}
+    return v
+
+
+def test_the_node_verifies_the_bundle_before_it_installs_anything():
+    tasks = _yaml("roles/validation_tools/tasks/main.yml")
+    names = [t["name"] for t in tasks]
+    verify = next(t for t in tasks if "rackready_supply" in t)
+    assert verify["rackready_supply"] == {
+        "action": "verify", "url": "{{ validation_tools_bundle_url }}",
+        "keyring": "{{ validation_tools_bundle_key }}",
+        "dest": "{{ __validation_tools_bundle_dir }}"}
+    # before the first install of any kind (apt, pip, the nccl-tests import)
+    first_install = min(i for i, t in enumerate(tasks) if {"ansible.builtin.apt",
+                        "ansible.builtin.pip", "ansible.builtin.import_tasks"} & set(t))
+    assert names.index(verify["name"]) < first_install
+    assert "failed_when" not in verify and verify["ignore_errors"] == "{{ ansible_check_mode }}"
+
+
+def test_with_a_bundle_pip_installs_the_hash_pinned_file_from_the_verified_wheels():
+    v = _validation_tools_vars(validation_tools_bundle_url="http://mirror.example/rackready/",
+                               validation_tools_wheelhouse_url="http://mirror.example/w/")
+    req = _template(v["__validation_tools_pip_requirements"], **v)
+    args = _template(v["__validation_tools_pip_args"], **v)
+    assert req == "/opt/rackready/bundle/node-requirements.hashes.txt"
+    assert args == "--require-hashes --no-index --find-links /opt/rackready/bundle/wheels"
+    assert _template(v["__validation_tools_nccl_tests_source"], **v) == \
+        "/opt/rackready/bundle/src/nccl-tests-2.19.6.tar.gz"
+    # the key is the mirror's, as package_sources installs it
+    assert _template(v["validation_tools_bundle_key"], **v,
+                     package_sources_repositories=[{"name": "rack1-mirror"}]) == \
+        "/etc/apt/keyrings/rack1-mirror.asc"
+    # without a bundle: the wheelhouse as before (the lab), the tarball fetched by hash
+    plain = _validation_tools_vars(validation_tools_wheelhouse_url="http://10.0.0.1:8080/w/",
+                                   validation_tools_nccl_tests_url="http://m/x.tar.gz")
+    assert _template(plain["__validation_tools_pip_requirements"], **plain) == \
+        "/opt/rackready/node-requirements.txt"
+    assert _template(plain["__validation_tools_pip_args"], **plain) == \
+        "--no-index --find-links http://10.0.0.1:8080/w/ --trusted-host 10.0.0.1"
+    assert _template(plain["__validation_tools_nccl_tests_source"], **plain) == \
+        "/opt/rackready/nccl-tests-2.19.6.tar.gz"
+    assert _template(_validation_tools_vars()["__validation_tools_nccl_tests_source"],
+                     **_validation_tools_vars()) == ""
+
+
+def test_the_nccl_tests_tarball_is_used_only_by_its_sha256():
+    tasks = _yaml("roles/validation_tools/tasks/nccl_tests.yml")
+    block = next(t for t in tasks if t["name"] == "Build nccl-tests for this GPU")["block"]
+    names = [t["name"] for t in block]
+    refuse = next(t for t in block if "ansible.builtin.assert" in t)
+    fetch = next(t for t in block if "ansible.builtin.get_url" in t)
+    unpack = next(t for t in block if "ansible.builtin.unarchive" in t)
+    assert names.index(refuse["name"]) < names.index(fetch["name"]) < names.index(unpack["name"])
+    assert fetch["ansible.builtin.get_url"]["checksum"] == \
+        "sha256:{{ validation_tools_nccl_tests_sha256 }}"
+    assert fetch["ansible.builtin.get_url"]["dest"] == unpack["ansible.builtin.unarchive"]["src"] \
+        == "{{ __validation_tools_nccl_tests_source }}"
+    that = "{{ " + refuse["ansible.builtin.assert"]["that"] + " }}"
+    tarball = "nccl-tests-2.19.6.tar.gz"
+    base = {"__validation_tools_nccl_tests_tarball": tarball,
+            "validation_tools_nccl_tests_url": "http://m/x.tar.gz",
+            **refuse["vars"]}
+    assert _template(that, **base, validation_tools_bundle_url="",
+                     validation_tools_nccl_tests_sha256="") is False
+    assert _template(that, **base, validation_tools_bundle_url="",
+                     validation_tools_nccl_tests_sha256="a" * 64) is True
+    listed = {"files": {f"src/{tarball}": "b" * 64}}
+    assert _template(that, **base, validation_tools_bundle_url="http://m/",
+                     validation_tools_nccl_tests_sha256="",
+                     validation_tools_register_bundle=listed) is True
+    assert _template(that, **base, validation_tools_bundle_url="http://m/",
+                     validation_tools_nccl_tests_sha256="",
+                     validation_tools_register_bundle={"files": {}}) is False
+
+
+def test_the_staging_host_pins_and_signs_after_the_repository_and_keeps_secrets_out():
+    tasks = _yaml("roles/offline_bundle/tasks/main.yml")
+    names = [t["name"] for t in tasks]
+    write = next(t for t in tasks if "rackready_supply" in t)
+    sign = next(t for t in tasks if t["name"] == "Sign the bundle's manifest")
+    index = next(t for t in tasks if t["name"] == "Index and sign the flat repository")
+    assert write["rackready_supply"] == {"action": "write",
+                                         "bundle_dir": "{{ offline_bundle_dir }}"}
+    # the manifest covers the Release just written, and is signed after it is written
+    assert names.index(index["name"]) < names.index(write["name"]) < names.index(sign["name"])
+    for t in (index, sign):
+        cmd = t["ansible.builtin.shell"]
+        assert "{{ __offline_bundle_gpg_sign }}" in cmd and "passphrase" not in cmd
+        assert t["args"]["stdin"] == "{{ offline_bundle_gpg_passphrase }}"  # never argv
+        assert t["no_log"] == "{{ offline_bundle_gpg_passphrase | length > 0 }}"
+    assert "--detach-sign" in sign["ansible.builtin.shell"]
+    gpg = _yaml("roles/offline_bundle/vars/main.yml")["__offline_bundle_gpg_sign"]
+    assert "--passphrase-fd 0" in _template(gpg, offline_bundle_gpg_key_id="K",
+                                            offline_bundle_gpg_passphrase="secret")
+    assert "secret" not in _template(gpg, offline_bundle_gpg_key_id="K",
+                                     offline_bundle_gpg_passphrase="secret")
+    assert "passphrase" not in _template(gpg, offline_bundle_gpg_key_id="K",
+                                         offline_bundle_gpg_passphrase="")
+    spec = _yaml("roles/offline_bundle/meta/argument_specs.yml")["argument_specs"]["main"]
+    assert spec["options"]["offline_bundle_gpg_passphrase"]["no_log"] is True
