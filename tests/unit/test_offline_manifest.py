@@ -66,11 +66,14 @@ def test_the_bundle_carries_the_nccl_tests_release_the_role_builds(rack: Path):
         f"https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz",
         f"nccl-tests-{version}.tar.gz"),)
     assert "build-essential" in m.packages  # the node compiles it with no network
-    # rack1's nodes fetch it from the mirror's src/, the bundle's file of that name
-    url = yaml.safe_load((rack / "group_vars/all.yml").read_text())[
-        "validation_tools_nccl_tests_url"]
-    assert url.replace("{{ validation_tools_nccl_tests_version }}", version) \
-        .endswith(f"/src/{m.sources[0].dest}")
+    # rack1's nodes take it from the bundle's src/ (verified against its manifest)
+    groups = yaml.safe_load((rack / "group_vars/all.yml").read_text())
+    assert groups["validation_tools_bundle_url"] and "validation_tools_nccl_tests_url" not in groups
+    vt = {**yaml.safe_load((ROLES / "validation_tools/defaults/main.yml").read_text()),
+          **yaml.safe_load((ROLES / "validation_tools/vars/main.yml").read_text()),
+          "validation_tools_bundle_url": groups["validation_tools_bundle_url"]}
+    assert _template(vt["__validation_tools_nccl_tests_source"], **vt).endswith(
+        f"/bundle/{offline_manifest.SRC}/{m.sources[0].dest}")
 
 
 def test_with_a_prebuilt_package_the_bundle_carries_it_at_the_release(rack: Path):
