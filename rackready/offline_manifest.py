@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,10 @@ ROLES = NODE_ROLES + ("offline_bundle",)
 # Where the bundle keeps source tarballs: <offline_bundle_dir>/src/<name>, served as the
 # site mirror's src/ (validation_tools_nccl_tests_url points there on air-gapped sites).
 SRC = "src"
+# The staging host's own kernel, templated there from its facts (a play's variable): the
+# headers the bundle carries when the inventory lists no node kernels.
+KERNEL_FACT = "{{ ansible_facts['kernel'] }}"
+_KERNEL = re.compile(r"^[0-9][0-9A-Za-z.+~_-]*$")  # what `uname -r` prints
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,16 @@ def from_vars(get) -> Manifest:
         pkgs += list(get("__validation_tools_build_packages"))
         sources.append(Source(str(get("offline_bundle_nccl_tests_source_url")),
                               str(get("__validation_tools_nccl_tests_tarball"))))
+    # The headers of the nodes' kernels, named as nvidia_driver installs them, so the
+    # driver's DKMS build works with no network (apt adds their dependency closure).
+    if get("nvidia_driver_install_headers"):
+        kernels = [str(k) for k in get("offline_bundle_node_kernels")]
+        for k in kernels:
+            if not _KERNEL.match(k):
+                raise UserError(f"offline_bundle_node_kernels: {k!r} is not a kernel release "
+                                "(`uname -r` of a node)")
+        prefix = str(get("__nvidia_driver_headers_prefix"))
+        pkgs += [prefix + k for k in kernels or [KERNEL_FACT]]
     pkgs += list(get("offline_bundle_extra_packages"))
     return Manifest(tuple(dict.fromkeys(str(p) for p in pkgs)), tuple(sources), version)
 

@@ -2,9 +2,13 @@
 
 A lab node stands in for the connected staging host (the lab mirror is its
 upstream): playbooks/offline_bundle.yml downloads the packages and wheels and
-signs a flat repository. Another node then installs from the bundle alone,
-served over HTTP as a site mirror would, with apt verifying the signature, and
-builds the node venv from the bundle's wheelhouse alone and validates from it.
+signs a flat repository, pins every wheel by hash and signs the bundle's manifest.
+Another node then installs from the bundle alone, served over HTTP as a site mirror
+would, with apt verifying the signature; the validation_tools role builds the node
+venv from the bundle alone (the signed manifest and every file checked, then
+`pip install --require-hashes --no-index`) and validates from it; a bundle with one
+wheel swapped for another file of the same name is refused, naming the wheel, with
+nothing installed.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from rackready import inventory, ssh, validate
 from rackready.lab import repo
 from rackready.lab.inventory import group_vars
 from rackready.node_session import build_remote_command, ship_bundle
-from rackready.offline_manifest import manifest
-from rackready.provision import build_bundle
+from rackready.offline_manifest import KERNEL_FACT, manifest
+from rackready.provision import build_bundle, run_playbook
 from rackready.rundir import new_run_id
 from rackready.validate import NODE_BASE
 
@@ -35,6 +39,10 @@ BUNDLE = "/srv/rackready-bundle"
 PORT = 8474
 KEY_NAME = "rackready-bundle-test"
 VENV = "/var/tmp/bundle-venv"  # a node venv built from the bundle alone
+# validation_tools keeps the verified bundle beside the venv (<dirname>/bundle): the swapped
+# bundle gets a folder of its own, so no good copy verified earlier is reused.
+SWAPPED_VENV = "/var/tmp/swapped/venv"
+BUNDLE_KEY = "/tmp/bundle-key.asc"  # the key the bundle is signed with, on the client
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +100,14 @@ def test_a_bare_node_installs_everything_from_the_bundle_alone(provisioned_lab, 
     key = "/tmp/bundle-key.asc"
     lab.sh(CLIENT, f"python3 -c \"import urllib.request as u; u.urlretrieve("
                    f"'http://{lab.spec(STAGING).ip}:{PORT}/bundle-key.asc', '{key}')\"")
-    # what `invoke bundle` derived from the node roles' variables for the staging host
-    packages = manifest(bundle[2], STAGING).packages
+    # what `invoke bundle` derived from the node roles' variables for the staging host;
+    # the kernel headers are the staging host's kernel's (the lab's kernel is the
+    # controller's: the lab mirror's stand-in linux-headers package)
+    kernel = lab.sh(STAGING, "uname -r").stdout.strip()
+    packages = [p.replace(KERNEL_FACT, kernel) for p in manifest(bundle[2], STAGING).packages]
+    assert f"linux-headers-{kernel}" in packages
+    debs = lab.sh(STAGING, f"ls {BUNDLE}/debs").stdout.split()
+    assert [d for d in debs if d.startswith(f"linux-headers-{kernel}_")], debs
     out = _apt_from_bundle(lab, key, "install --download-only -y --no-install-recommends "
                                      + " ".join(shlex.quote(p) for p in packages))
     assert out.returncode == 0, out.stdout[-2000:]
@@ -137,6 +151,42 @@ def _wheel_prefix(requirement: str) -> str:
     return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}"
 
 
+def _bundle_key_on_client(lab) -> None:
+    # a site has it already: package_sources installed it as the mirror's apt key
+    lab.sh(CLIENT, f"python3 -c \"import urllib.request as u; u.urlretrieve("
+                   f"'http://{lab.spec(STAGING).ip}:{PORT}/bundle-key.asc', '{BUNDLE_KEY}')\"")
+
+
+def _validation_tools_from_bundle(lab, venv: str):
+    """The validation_tools role on the client, with the bundle as its only source of
+    wheels (what a site's inventory sets: validation_tools_bundle_url)."""
+    return run_playbook(lab.inventory, "validation_tools.yml", limit=CLIENT, quiet=True,
+                        extravars={"validation_tools_bundle_url":
+                                   f"http://{lab.spec(STAGING).ip}:{PORT}/",
+                                   "validation_tools_bundle_key": BUNDLE_KEY,
+                                   "validation_tools_venv": venv})
+
+
+def test_the_bundle_pins_every_wheel_by_hash_in_a_signed_manifest(provisioned_lab, bundle):
+    lab = provisioned_lab
+    wheels = sorted(lab.sh(STAGING, f"ls {BUNDLE}/wheels").stdout.split())
+    pinned = lab.sh(STAGING, f"cat {BUNDLE}/node-requirements.hashes.txt").stdout
+    lines = [ln for ln in pinned.splitlines() if ln and not ln.startswith("#")]
+    assert all("==" in ln and "--hash=sha256:" in ln for ln in lines), lines
+    assert sum(ln.count("--hash=sha256:") for ln in lines) == len(wheels)
+    doc = json.loads(lab.sh(STAGING, f"cat {BUNDLE}/manifest.json").stdout)
+    assert {f"wheels/{w}" for w in wheels} <= set(doc["files"])
+    assert {"node-requirements.txt", "node-requirements.hashes.txt", "debs/Release"} <= \
+        set(doc["files"])
+    for rel in ("wheels/" + wheels[0], "debs/Release", "node-requirements.hashes.txt"):
+        digest = lab.sh(STAGING, f"sha256sum {BUNDLE}/{rel}").stdout.split()[0]
+        assert doc["files"][rel]["sha256"] == digest, rel
+    # signed by the repository's key (detached), as the node checks it
+    out = lab.sh(STAGING, f"gpg --verify {BUNDLE}/manifest.json.asc {BUNDLE}/manifest.json 2>&1",
+                 check=False)
+    assert out.returncode == 0 and "Good signature" in out.stdout, out.stdout
+
+
 def test_a_node_venv_built_from_the_bundle_alone_validates(provisioned_lab, bundle):
     lab = provisioned_lab
     # The bundle carries the one requirements file and a wheel for every line of it.
@@ -146,33 +196,32 @@ def test_a_node_venv_built_from_the_bundle_alone_validates(provisioned_lab, bund
     requirements = repo.node_requirements()
     for req in requirements:
         assert any(w.startswith(_wheel_prefix(req)) for w in wheels), (req, wheels)
-    ip = lab.spec(STAGING).ip
-    served = f"http://{ip}:{PORT}"
+    _bundle_key_on_client(lab)
+    # A fresh venv from the bundle alone, by the role a site runs: the signed manifest and
+    # every file checked, then pip install --require-hashes --no-index from the verified
+    # wheels; a second run changes nothing.
+    lab.sh(CLIENT, f"rm -rf {VENV} {posixpath.dirname(VENV)}/bundle")
+    first = _validation_tools_from_bundle(lab, VENV)
+    assert first.rc == 0, first.failures
+    second = _validation_tools_from_bundle(lab, VENV)
+    assert second.rc == 0, second.failures
+    assert second.changed() == {CLIENT: 0}
+    out = lab.sh(CLIENT, f"{VENV}/bin/python -c 'import torch, numpy, yaml, pynvml' && "
+                         f"{VENV}/bin/pip freeze")
+    frozen = {line.split("==")[0].lower(): line.split("==")[1]
+              for line in out.stdout.splitlines() if "==" in line}
+    for req in requirements:
+        name, version = req.split("==")
+        # a local build (2.13.0+cpu, +cu130) satisfies the pin
+        assert frozen.get(name.lower(), "").split("+")[0] == version, (req, frozen)
+    # what pip installed is exactly the verified wheels (their hashes pinned)
+    cached = lab.sh(CLIENT, f"ls {posixpath.dirname(VENV)}/bundle/wheels").stdout.split()
+    assert sorted(w.lower() for w in cached) == sorted(wheels)
+
     node = inventory.find(CLIENT, "lab")
     payload = bundle_mod.build()
     client = ssh.connect(node)
     try:
-        # A fresh venv from the bundle alone (--no-index): the whole file, nothing else;
-        # as the inventory reaches the node (admin through the jump host, sudo).
-        build = (
-            f"rm -rf {VENV} {VENV}.txt && python3 -m venv {VENV} && "
-            f"python3 -c \"import urllib.request as u; u.urlretrieve("
-            f"'{served}/node-requirements.txt', '{VENV}.txt')\" && "
-            f"{VENV}/bin/pip install -q --no-index --find-links {served}/wheels/ "
-            f"--trusted-host {ip} -r {VENV}.txt && "
-            f"{VENV}/bin/python -c 'import torch, numpy, yaml, pynvml' && "
-            f"{VENV}/bin/pip freeze"
-        )
-        rc, out, err = ssh.run(client, build_remote_command(build, become=node.become),
-                               timeout_s=900)
-        assert rc == 0, (out + err)[-2000:]
-        frozen = {line.split("==")[0].lower(): line.split("==")[1]
-                  for line in out.splitlines() if "==" in line}
-        for req in requirements:
-            name, version = req.split("==")
-            # a local build (2.13.0+cpu, +cu130) satisfies the pin
-            assert frozen.get(name.lower(), "").split("+")[0] == version, (req, frozen)
-
         # validate from that venv: the verified suite bundle, run as `invoke validate` runs it
         bundle_dir = ship_bundle(client, payload, remote_base=NODE_BASE,
                                  run_id=new_run_id("bundle-venv"), become=node.become)
@@ -197,3 +246,28 @@ def test_a_node_venv_built_from_the_bundle_alone_validates(provisioned_lab, bund
     assert result["bundle_sha256"] == payload[1]
     assert [(c["check"], c["status"]) for c in result["checks"]] == [("kernel.cmdline", "ok")]
     assert result["outcome"] == "PASS", [v for v in result["verdicts"] if v["outcome"] == "fail"]
+
+
+def test_a_bundle_with_a_swapped_wheel_is_refused_naming_it(provisioned_lab, bundle):
+    # Whoever can write the mirror swaps one wheel for another file of the same name: the
+    # node refuses the bundle, naming that wheel, and installs nothing from it.
+    lab = provisioned_lab
+    _bundle_key_on_client(lab)
+    wheels = lab.sh(STAGING, f"ls {BUNDLE}/wheels").stdout.split()
+    victim = next(w for w in wheels if w.lower().startswith("nvidia_ml_py-"))
+    path = f"{BUNDLE}/wheels/{victim}"
+    lab.sh(STAGING, f"cp -p {path} /var/tmp/{victim}.orig && printf 'swapped' >> {path}")
+    root = posixpath.dirname(SWAPPED_VENV)
+    try:
+        lab.sh(CLIENT, f"rm -rf {root}")
+        refused = _validation_tools_from_bundle(lab, SWAPPED_VENV)
+    finally:
+        lab.sh(STAGING, f"mv -f /var/tmp/{victim}.orig {path}")
+    assert refused.rc != 0
+    reason = refused.failures.get(CLIENT, "")
+    assert "Verify the offline bundle" in reason and f"wheels/{victim}" in reason, reason
+    assert "nothing from the bundle was installed" in reason, reason
+    # nothing installed: no venv, and the swapped file never entered the verified folder
+    left = lab.sh(CLIENT, f"test -e {SWAPPED_VENV} && echo venv; "
+                          f"test -e {root}/bundle/wheels/{victim} && echo wheel; true")
+    assert left.stdout.strip() == "", left.stdout

@@ -94,7 +94,11 @@ def test_validation_tools_installs_exactly_the_file():
     assert (ROOT / "roles/validation_tools/files" / copy["src"]) == REQS
     assert copy["dest"] == dest
     pips = [t["ansible.builtin.pip"] for t in tasks if "ansible.builtin.pip" in t]
-    assert len(pips) == 1 and pips[0]["requirements"] == dest
+    # the node's copy, or (with an offline bundle) the bundle's hash-pinned file of it
+    assert len(pips) == 1
+    assert pips[0]["requirements"] == "{{ __validation_tools_pip_requirements }}"
+    assert "else __validation_tools_requirements }}" in \
+        _vars("validation_tools")["__validation_tools_pip_requirements"]
     assert "name" not in pips[0], "the pip task must not list packages of its own"
     assert _vars("validation_tools")["__validation_tools_requirements"].endswith(
         "/node-requirements.txt")

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from rackready import offline_manifest, provision
+from rackready.errors import UserError
 from rackready.lab.hwsim import packages as hwsim_packages
 from rackready.offline_manifest import Manifest, Source, from_vars, manifest
 
@@ -65,11 +66,14 @@ def test_the_bundle_carries_the_nccl_tests_release_the_role_builds(rack: Path):
         f"https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v{version}.tar.gz",
         f"nccl-tests-{version}.tar.gz"),)
     assert "build-essential" in m.packages  # the node compiles it with no network
-    # rack1's nodes fetch it from the mirror's src/, the bundle's file of that name
-    url = yaml.safe_load((rack / "group_vars/all.yml").read_text())[
-        "validation_tools_nccl_tests_url"]
-    assert url.replace("{{ validation_tools_nccl_tests_version }}", version) \
-        .endswith(f"/src/{m.sources[0].dest}")
+    # rack1's nodes take it from the bundle's src/ (verified against its manifest)
+    groups = yaml.safe_load((rack / "group_vars/all.yml").read_text())
+    assert groups["validation_tools_bundle_url"] and "validation_tools_nccl_tests_url" not in groups
+    vt = {**yaml.safe_load((ROLES / "validation_tools/defaults/main.yml").read_text()),
+          **yaml.safe_load((ROLES / "validation_tools/vars/main.yml").read_text()),
+          "validation_tools_bundle_url": groups["validation_tools_bundle_url"]}
+    assert _template(vt["__validation_tools_nccl_tests_source"], **vt).endswith(
+        f"/bundle/{offline_manifest.SRC}/{m.sources[0].dest}")
 
 
 def test_with_a_prebuilt_package_the_bundle_carries_it_at_the_release(rack: Path):
@@ -139,7 +143,9 @@ def _vars(**over):
             "offline_bundle_extra_packages": ["fio", "site-tool"],
             "__validation_tools_build_packages": ["build-essential"],
             "offline_bundle_nccl_tests_source_url": "https://x/v2.18.0.tar.gz",
-            "__validation_tools_nccl_tests_tarball": "nccl-tests-2.18.0.tar.gz"}
+            "__validation_tools_nccl_tests_tarball": "nccl-tests-2.18.0.tar.gz",
+            "nvidia_driver_install_headers": True, "offline_bundle_node_kernels": [],
+            "__nvidia_driver_headers_prefix": "linux-headers-"}
     return {**base, **over}.__getitem__
 
 
@@ -148,6 +154,34 @@ def test_dcgm_flavour_follows_the_toolkit_unless_pinned():
     assert "dcgm-cuda13=1:4.2.0-1" in from_vars(_vars(dcgm_cuda_major=13)).packages
     m = from_vars(_vars())
     assert m.packages.count("fio") == 1 and "site-tool" in m.packages  # extras, once
+
+
+def test_the_bundle_carries_the_headers_of_the_nodes_kernels(rack: Path):
+    # the inventory lists the nodes' kernels: their headers, named as nvidia_driver does
+    set_group_var(rack, "staging", offline_bundle_node_kernels=["6.1.0-37-amd64",
+                                                                "6.8.0-79-generic"])
+    m = manifest(rack, "stage01")
+    assert "linux-headers-6.1.0-37-amd64" in m.packages
+    assert "linux-headers-6.8.0-79-generic" in m.packages
+    prefix = yaml.safe_load((ROLES / "nvidia_driver/vars/main.yml").read_text())[
+        "__nvidia_driver_headers_prefix"]
+    assert prefix == "linux-headers-"
+    assert _template(yaml.safe_load((ROLES / "nvidia_driver/vars/main.yml").read_text())[
+        "__nvidia_driver_headers_package"], __nvidia_driver_headers_prefix=prefix,
+        ansible_facts={"kernel": "6.1.0-37-amd64"}) == "linux-headers-6.1.0-37-amd64"
+
+
+def test_without_listed_kernels_the_bundle_carries_the_staging_hosts():
+    m = from_vars(_vars())
+    headers = [p for p in m.packages if p.startswith("linux-headers-")]
+    assert headers == ["linux-headers-" + offline_manifest.KERNEL_FACT]
+    # templated on the staging host from its facts, as the role's download task sees it
+    assert _template(headers[0], ansible_facts={"kernel": "6.1.0-37-amd64"}) == \
+        "linux-headers-6.1.0-37-amd64"
+    assert not [p for p in from_vars(_vars(nvidia_driver_install_headers=False)).packages
+                if p.startswith("linux-headers-")]
+    with pytest.raises(UserError, match="not a kernel release"):
+        from_vars(_vars(offline_bundle_node_kernels=["6.1; rm -rf /"]))
 
 
 def test_invoke_bundle_hands_the_manifest_to_the_role(rack: Path, monkeypatch):
