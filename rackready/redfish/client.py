@@ -55,7 +55,7 @@ def extended_info(body: Any) -> str:
 
 
 def _split(address: str) -> tuple[str, str, int]:
-    """'10.0.0.5', '10.0.0.5:8443', 'https://bmc1:443' -> (scheme, host, port)."""
+    """'192.0.2.5', '192.0.2.5:8443', 'https://bmc1:443' -> (scheme, host, port)."""
     text = address if "://" in address else f"https://{address}"
     parts = urlsplit(text)
     if parts.scheme not in ("https", "http") or not parts.hostname:

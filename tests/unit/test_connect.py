@@ -49,9 +49,9 @@ def no_vault_settings(monkeypatch):
 
 
 def test_user_port_key_and_become_come_from_the_ansible_variables(tmp_path):
-    n = node(tmp_path, ansible_host="10.1.1.5", ansible_user="admin", ansible_port=2200,
+    n = node(tmp_path, ansible_host="192.0.2.5", ansible_user="admin", ansible_port=2200,
              ansible_ssh_private_key_file="~/keys/rack", ansible_become=True)
-    assert (n.address, n.user, n.port, n.become) == ("10.1.1.5", "admin", 2200, True)
+    assert (n.address, n.user, n.port, n.become) == ("192.0.2.5", "admin", 2200, True)
     assert n.key_file == str(Path("~/keys/rack").expanduser())
     assert n.jump is None and n.proxy_command is None
 
@@ -129,9 +129,9 @@ def test_unknown_options_are_ignored_and_logged(tmp_path, caplog):
 
 
 def test_proxy_command_is_expanded(tmp_path):
-    n = node(tmp_path, ansible_host="10.1.1.5", ansible_user="admin",
+    n = node(tmp_path, ansible_host="192.0.2.5", ansible_user="admin",
              ansible_ssh_common_args="-o ProxyCommand='nc -X 5 -x proxy:1080 %h %p # %r 100%%'")
-    assert n.proxy_command == "nc -X 5 -x proxy:1080 10.1.1.5 22 # admin 100%"
+    assert n.proxy_command == "nc -X 5 -x proxy:1080 192.0.2.5 22 # admin 100%"
 
 
 @pytest.mark.parametrize("var, value, words", [
@@ -161,7 +161,7 @@ def _inline(value: str) -> str:
 def vaulted(tmp_path):
     """host_vars/gpu01.yml wholly encrypted (a BMC password and the login user), plus an
     inline-encrypted value in group_vars."""
-    hosts = write_inventory(tmp_path / "inv", {"ansible_host": "10.1.1.5"})
+    hosts = write_inventory(tmp_path / "inv", {"ansible_host": "192.0.2.5"})
     hv = tmp_path / "inv" / "host_vars"
     hv.mkdir()
     (hv / "gpu01.yml").write_bytes(_vault("vault_bmc: hunter2-bmc\nvault_user: admin\n"))
@@ -196,7 +196,7 @@ def test_without_a_password_inline_vaulted_values_not_needed_do_not_stop_validat
     (hosts.parent / "group_vars" / "all.yml").write_text(
         f"inline_secret: {_inline('s3cret-inline')}\n")
     n = inventory.find("gpu01", str(hosts))
-    assert n.address == "10.1.1.5"
+    assert n.address == "192.0.2.5"
 
 
 def test_a_wholly_encrypted_vars_file_without_a_password_is_refused_by_validate(vaulted):

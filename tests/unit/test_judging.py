@@ -143,7 +143,7 @@ def test_results_that_do_not_fit_the_plan_are_incomplete(tmp_path, hw_run, edit,
 def test_a_node_that_never_reported_is_incomplete_everywhere(tmp_path, hw_run):
     result, site = hw_run
     run = _run(tmp_path, {"gpu01": result, "gpu02": None}, site, only=list(HARDWARE_CHECKS))
-    run.write_session("gpu02", {"problem": "unreachable: gpu02: unreachable at 10.0.0.2"})
+    run.write_session("gpu02", {"problem": "unreachable: gpu02: unreachable at 192.0.2.2"})
     judgements = judge_run(run)
     assert judgements["gpu02"]["outcome"] == "INCOMPLETE"
     assert "unreachable" in judgements["gpu02"]["outcome_reason"]

@@ -51,7 +51,7 @@ def hpe(certs):
 def node(name: str, address: str | None, ca: str | None, password: str = PASSWORD,
          platform: str = "xe9680-h200") -> Node:
     access = None if address is None else BmcAccess(address, "root", Secret(password), ca)
-    return Node(name=name, address="10.0.0.1", profile=platform, platform=platform,
+    return Node(name=name, address="192.0.2.1", profile=platform, platform=platform,
                 fabric="ib", user="u", port=22, key_file=None, known_hosts=None, sysroot="/",
                 lab=False, bmc=lambda: access)
 

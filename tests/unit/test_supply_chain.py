@@ -453,12 +453,12 @@ def test_with_a_bundle_pip_installs_the_hash_pinned_file_from_the_verified_wheel
                      package_sources_repositories=[{"name": "rack1-mirror"}]) == \
         "/etc/apt/keyrings/rack1-mirror.asc"
     # without a bundle: the wheelhouse as before (the lab), the tarball fetched by hash
-    plain = _validation_tools_vars(validation_tools_wheelhouse_url="http://10.0.0.1:8080/w/",
+    plain = _validation_tools_vars(validation_tools_wheelhouse_url="http://192.0.2.1:8080/w/",
                                    validation_tools_nccl_tests_url="http://m/x.tar.gz")
     assert _template(plain["__validation_tools_pip_requirements"], **plain) == \
         "/opt/rackready/node-requirements.txt"
     assert _template(plain["__validation_tools_pip_args"], **plain) == \
-        "--no-index --find-links http://10.0.0.1:8080/w/ --trusted-host 10.0.0.1"
+        "--no-index --find-links http://192.0.2.1:8080/w/ --trusted-host 192.0.2.1"
     assert _template(plain["__validation_tools_nccl_tests_source"], **plain) == \
         "/opt/rackready/nccl-tests-2.19.6.tar.gz"
     assert _template(_validation_tools_vars()["__validation_tools_nccl_tests_source"],

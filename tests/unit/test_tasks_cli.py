@@ -107,7 +107,7 @@ def test_bad_node_count_is_one_line_exit_2():
 
 def test_bundle_needs_a_staging_host(tmp_path):
     inv = tmp_path / "hosts.yml"
-    inv.write_text("all:\n  hosts:\n    gpu01:\n      ansible_host: 10.0.0.1\n")
+    inv.write_text("all:\n  hosts:\n    gpu01:\n      ansible_host: 192.0.2.1\n")
     proc = invoke("bundle", "--inventory", str(inv))
     assert proc.returncode == 2
     assert "no host in group 'staging'" in one_line_error(proc)
