@@ -51,12 +51,20 @@ def labels_text(labels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
-def threshold_text(t: dict[str, Any] | None) -> str:
+def threshold_text(t: dict[str, Any] | None, mark: bool = True) -> str:
+    """The limit in words; mark: with its tier (tier_mark), else the bare limit for a
+    narrow column that shows the tier apart (tier_word)."""
     if not t:
         return "no threshold"
     op = {">=": "≥", "<=": "≤", "!=": "≠"}.get(t["op"], t["op"])
     unit = f" {t['unit']}" if t.get("unit") else ""
-    return f"{op} {value_text(t['value'])}{unit}{tier_mark(t)}"
+    return f"{op} {value_text(t['value'])}{unit}{tier_mark(t) if mark else ''}"
+
+
+def tier_word(t: dict[str, Any] | None) -> str:
+    """The tier in one word for a table cell; "" for a spec limit."""
+    tier = (t or {}).get("tier") or "spec"
+    return "" if tier == "spec" else tier
 
 
 def tier_mark(t: dict[str, Any] | None) -> str:
