@@ -70,7 +70,8 @@ def up(count: int = 2, profile: str | None = None, progress=print,
     require_root()
     specs = plan(count, profile, secure_boot)
     existing = load_specs()
-    if existing and [s.name for s in existing][: len(specs)] != [s.name for s in specs]:
+    # growing the lab keeps the nodes it has: theirs must be the first names of the new plan
+    if existing and [s.name for s in existing] != [s.name for s in specs][: len(existing)]:
         raise UserError("the lab is up with other nodes; run `invoke lab.down` first")
     if existing and len(existing) > len(specs):
         raise UserError(
