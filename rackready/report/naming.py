@@ -61,10 +61,13 @@ def threshold_text(t: dict[str, Any] | None, mark: bool = True) -> str:
     return f"{op} {value_text(t['value'])}{unit}{tier_mark(t) if mark else ''}"
 
 
-def tier_word(t: dict[str, Any] | None) -> str:
-    """The tier in one word for a table cell; "" for a spec limit."""
-    tier = (t or {}).get("tier") or "spec"
-    return "" if tier == "spec" else tier
+TIER_SYMBOLS = {"provisional": "†", "calibrated": "‡", "measured": "*"}
+
+
+def tier_symbol(t: dict[str, Any] | None) -> str:
+    """The tier as one symbol for a narrow table cell (the table's note says what each
+    means); "" for a spec limit."""
+    return TIER_SYMBOLS.get((t or {}).get("tier") or "spec", "")
 
 
 def tier_mark(t: dict[str, Any] | None) -> str:
@@ -82,18 +85,18 @@ def tier_mark(t: dict[str, Any] | None) -> str:
 def limits_line(limits: dict[str, Any] | None) -> str:
     """One line: how many verdicts rest on provisional limits, below expected, calibration."""
     lim = limits or {}
-    judged = int(lim.get("judged") or 0)
-    parts = [f"{lim.get('provisional', 0)} of {judged} judged verdicts rest on provisional "
-             f"limits, {lim.get('below_expected', 0)} below expected"]
+    text = (f"{lim.get('provisional', 0)} of {int(lim.get('judged') or 0)} judged verdicts "
+            "rest on provisional limits")
+    if lim.get("below_expected"):
+        text += f", {lim['below_expected']} below expected"
     if lim.get("calibrated"):
-        parts.append(f"{lim['calibrated']} on calibrated limits "
-                     f"({lim.get('calibration') or 'site calibration'})")
+        text += (f", {lim['calibrated']} on calibrated limits "
+                 f"({lim.get('calibration') or 'site calibration'})")
     if lim.get("measured"):
-        parts.append(f"{lim['measured']} on measured limits")
-    parts.append("provisional misses fail the node (site: strict)"
-                 if lim.get("provisional_limits") == "strict"
-                 else "provisional limits fail only gross faults")
-    return "; ".join(parts)
+        text += f", {lim['measured']} on measured limits"
+    return text + (" (site strict: a provisional shortfall fails)"
+                   if lim.get("provisional_limits") == "strict"
+                   else " (they fail only gross faults)")
 
 
 def value_text(v: Any, unit: str = "") -> str:

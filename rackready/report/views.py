@@ -313,7 +313,7 @@ def key_figures(doc: dict[str, Any], refs: References) -> list[dict[str, Any]]:
             "name": naming.metric_name(key[0]), "metric": key[0], "variant": key[1],
             "measured": naming.value_text(v.get("value"), v.get("unit", "")),
             "limit": naming.threshold_text(v.get("threshold"), mark=False),
-            "tier": naming.tier_word(v.get("threshold")),
+            "tier": naming.tier_symbol(v.get("threshold")),
             "margin": naming.margin(v.get("value"), v.get("threshold"))[1],  # type: ignore[index]
             "frac": frac, "outcome": v["outcome"], "n": len(members),
             "where": where if len(members) > 1 else "",
