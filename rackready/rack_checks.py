@@ -14,6 +14,8 @@ held to the looser of its two ends' floors, as the slower end bounds it):
     rack.pair_busbw_vs_median  >= ratio of the fabric's median rail
     rack.allreduce_busbw       >= floor, rack.allreduce_correct == true
 
+Each comparison is validation.judge.limit_outcome's: a provisional floor missed short of
+its gross-fault line reads below_expected (a strict site fails it), past it FAIL.
 A failing pair's two nodes each get a FAIL verdict (scope "rack") naming the link:
 both nodes, the rail, both NICs, and the side whose port refused where known. The
 record goes to <run>/_rack/rack.json; rackready.judging carries the verdicts into
@@ -34,6 +36,8 @@ from typing import Any
 from rackready.result_shape import is_scalar
 from rackready.rundir import RunDir, _write_json_atomic, now_iso
 from rackready.sanitize import one_line, replace_surrogates_in
+from validation.judge import limit_outcome
+from validation.model import Threshold
 
 # The step's two checks: the all_reduce (judged per fabric) and the pairwise links
 # (judged per link, a FAIL verdict on both ends).
@@ -79,6 +83,7 @@ class Floors:
     ratio: dict[str, Any] | None
     allreduce: dict[str, Any] | None
     allreduce_ok: dict[str, Any] | None
+    strict: bool = False  # the site's provisional_limits: strict
 
     @classmethod
     def of(cls, profile) -> Floors:
@@ -87,7 +92,7 @@ class Floors:
             return ts[0].to_dict() if ts else None
 
         return cls(first(PAIR_METRIC), first(RATIO_METRIC), first(AR_METRIC),
-                   first(AR_OK_METRIC))
+                   first(AR_OK_METRIC), bool(getattr(profile, "provisional_strict", False)))
 
 
 def fabric_key(site: dict[str, Any], fabric: str) -> str:
@@ -133,15 +138,11 @@ def _looser(ts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     return min(have, key=lambda t: float(t["value"])) if have else None
 
 
-def _passes(value: Any, t: dict[str, Any] | None) -> bool:
+def _outcome(value: Any, t: dict[str, Any] | None, strict: bool) -> str:
+    """pass, below_expected or fail, as the node judge decides (validation.judge)."""
     if t is None:
-        return False  # a judged metric without a limit never passes
-    op, limit = t["op"], t["value"]
-    if op == ">=":
-        return isinstance(value, int | float) and float(value) >= float(limit)
-    if op == "==":
-        return value == limit
-    return False
+        return "fail"  # a judged metric without a limit never passes
+    return limit_outcome(Threshold.from_dict(t), value, strict)
 
 
 def _limit(t: dict[str, Any] | None) -> str:
@@ -180,42 +181,52 @@ def judge_group(name: str, planned: list[str], members: list[str],
     for r in pairs:
         lb = r["labels"]
         ends = [floors.get(lb["node_a"]), floors.get(lb["node_b"])]
+        strict = any(f.strict for f in ends if f)
         floor = _looser([f.pair if f else None for f in ends])
         rfloor = _looser([f.ratio if f else None for f in ends])
         value = float(r["value"])
         ratio = round(value / median, 4) if median else None
         refused = lb.get("refused", "")
-        fails = []
+        missed: list[tuple[str, str, Any, str, Any, str]] = []  # outcome, metric, value, ...
         if refused:
-            fails.append((PAIR_METRIC, value, "GB/s", floor,
-                          f"link {link_words(r)} refused: {refused}"))
+            missed.append(("fail", PAIR_METRIC, value, "GB/s", floor,
+                           f"link {link_words(r)} refused: {refused}"))
         else:
-            if not _passes(value, floor):
-                fails.append((PAIR_METRIC, value, "GB/s", floor,
-                              f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
-            if ratio is not None and not _passes(ratio, rfloor):
-                fails.append((RATIO_METRIC, ratio, "", rfloor,
-                              f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
-                              f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"))
+            got_pair = _outcome(value, floor, strict)
+            if got_pair != "pass":
+                missed.append((got_pair, PAIR_METRIC, value, "GB/s", floor,
+                               f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
+            got_ratio = _outcome(ratio, rfloor, strict) if ratio is not None else "pass"
+            if got_ratio != "pass":
+                missed.append((got_ratio, RATIO_METRIC, ratio, "", rfloor,
+                               f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
+                               f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"))
+        fails = [m for m in missed if m[0] == "fail"]
+        below = [m for m in missed if m[0] == "below_expected"]
         rows.append({"node_a": lb["node_a"], "node_b": lb["node_b"], "rail": int(lb["rail"]),
                      "nic_a": lb["nic_a"], "nic_b": lb["nic_b"], "value": value,
                      "unit": "GB/s", "vs_median": ratio, "refused": refused,
                      "simulated": lb.get("simulated", ""), "threshold": floor,
-                     "outcome": "fail" if fails else "pass",
+                     "outcome": "fail" if fails else "below_expected" if below else "pass",
                      "failures": [{"metric": m, "value": v, "unit": u, "threshold": t,
-                                   "message": msg} for m, v, u, t, msg in fails]})
+                                   "message": msg} for _, m, v, u, t, msg in fails],
+                     "below_expected": [{"metric": m, "value": v, "unit": u, "threshold": t,
+                                         "message": msg} for _, m, v, u, t, msg in below]})
     allreduce = None
     if ar is not None:
         ar_floor = _looser([floors[n].allreduce for n in members if n in floors])
         ok_limit = next((floors[n].allreduce_ok for n in members
                          if n in floors and floors[n].allreduce_ok), None)
+        strict = any(floors[n].strict for n in members if n in floors)
         ok = ar_ok["value"] if ar_ok else None
-        passed = _passes(ar["value"], ar_floor) and _passes(ok, ok_limit)
+        got = [_outcome(ar["value"], ar_floor, strict), _outcome(ok, ok_limit, strict)]
+        ar_outcome = ("fail" if "fail" in got else "below_expected" if "below_expected" in got
+                      else "pass")
         allreduce = {"check": RACK_CHECKS[0], "value": ar["value"], "unit": "GB/s",
                      "correct": ok,
                      "labels": ar["labels"], "threshold": ar_floor,
-                     "outcome": "pass" if passed else "fail",
-                     "message": "" if passed else (
+                     "outcome": ar_outcome,
+                     "message": "" if ar_outcome == "pass" else (
                          f"all_reduce across {len(members)} nodes: {ar['value']} GB/s "
                          f"(limit {_limit(ar_floor)}), correct {ok}")}
     elif len(members) >= 2:
@@ -321,12 +332,15 @@ def suspects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """node -> FAIL verdicts (scope rack) naming each failing link it is an end of."""
+    """node -> verdicts (scope rack, fail or below_expected) naming each link that missed
+    a limit, on both of its ends."""
     out: dict[str, list[dict[str, Any]]] = {}
     for g in rack.get("groups", []):
         sus = {(s["node"], s["rail"]) for s in g.get("suspects", [])}
         for r in g.get("pairs", []):
-            for f in r["failures"]:
+            missed = [("fail", f) for f in r["failures"]] + \
+                [("below_expected", f) for f in r.get("below_expected", [])]
+            for outcome, f in missed:
                 for me, peer, side in ((r["node_a"], r["node_b"], "a"),
                                        (r["node_b"], r["node_a"], "b")):
                     nic = r[f"nic_{side}"]
@@ -337,7 +351,7 @@ def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                              if (peer, r["rail"]) in sus
                              else f"check both ends: {me} {nic} and {peer} {other}")
                     out.setdefault(me, []).append({
-                        "check": RACK_CHECKS[1], "metric": f["metric"], "outcome": "fail",
+                        "check": RACK_CHECKS[1], "metric": f["metric"], "outcome": outcome,
                         "value": f["value"], "unit": f["unit"],
                         "labels": {"peer": peer, "rail": str(r["rail"]), "nic": nic,
                                    "peer_nic": other},
@@ -579,7 +593,9 @@ def report_groups(rack: dict[str, Any]) -> list[dict[str, Any]]:
             "pairs": [{k: p.get(k) for k in ("node_a", "node_b", "rail", "nic_a", "nic_b",
                                               "value", "unit", "vs_median", "refused",
                                               "simulated", "outcome", "threshold")}
-                      | {"messages": [f["message"] for f in p["failures"]]}
+                      | {"messages": [f["message"] for f in p["failures"]] + [
+                          f"below expected (provisional limit): {f['message']}"
+                          for f in p.get("below_expected", [])]}
                       for p in g.get("pairs", [])],
             "suspects": g.get("suspects", []), "problems": g.get("problems", []),
         })

@@ -159,12 +159,40 @@ def test_slow_rail_above_the_floor_fails_against_the_fabric_median():
 
 
 def test_real_floor_is_the_profile_per_rail_expectation():
-    g = _judge(_healthy(value=45.0)[:-1] + [_pair("n2", "n3", 1, 39.0)] + _ar(300.0),
+    g = _judge(_healthy(value=45.0)[:-1] + [_pair("n2", "n3", 1, 20.0)] + _ar(300.0),
                floors=REAL)
     bad = [p for p in g["pairs"] if p["outcome"] == "fail"]
+    assert g["outcome"] == "FAIL"
     assert [(p["node_a"], p["node_b"], p["rail"]) for p in bad] == [("n2", "n3", 1)]
     assert bad[0]["threshold"]["value"] == 40.0 and bad[0]["threshold"]["unit"] == "GB/s"
     assert "NDR 400" in bad[0]["threshold"]["provenance"]
+
+
+def test_a_provisional_floor_missed_short_of_its_gross_line_reads_below_expected():
+    # 39 GB/s: under the provisional 40 GB/s floor, over its gross line (0.7 x 40)
+    recs = _healthy(value=45.0)[:-1] + [_pair("n2", "n3", 1, 39.0)] + _ar(300.0)
+    g = _judge(recs, floors=REAL)
+    assert REAL.pair["tier"] == "provisional" and REAL.pair["gross"] == 28
+    low = [p for p in g["pairs"] if p["outcome"] != "pass"]
+    assert g["outcome"] == "PASS"
+    assert [(p["node_a"], p["node_b"], p["outcome"]) for p in low] == \
+        [("n2", "n3", "below_expected")]
+    assert low[0]["failures"] == [] and \
+        [f["metric"] for f in low[0]["below_expected"]] == ["rack.pair_busbw"]
+    verdicts = rc.node_verdicts({"groups": [g]})
+    assert {n: [v["outcome"] for v in vs] for n, vs in verdicts.items()} == \
+        {"n2": ["below_expected"], "n3": ["below_expected"]}
+    assert rc.report_groups({"groups": [g]})[0]["pairs"][-1]["messages"][0].startswith(
+        "below expected")
+    # a site that accepts only against the provisional floors fails it
+    strict = rc.Floors(**{**REAL.__dict__, "strict": True})
+    g = _judge(recs, floors=strict)
+    assert g["outcome"] == "FAIL" and "39.0 GB/s" in g["outcome_reason"]
+    # an all_reduce short of its floor but over its gross line: below expected too
+    g = _judge(_healthy(value=45.0) + _ar(250.0), floors=REAL)
+    assert (g["outcome"], g["allreduce"]["outcome"]) == ("PASS", "below_expected")
+    g = _judge(_healthy(value=45.0) + _ar(150.0), floors=REAL)
+    assert (g["outcome"], g["allreduce"]["outcome"]) == ("FAIL", "fail")
 
 
 def test_a_missing_node_or_measurement_never_passes():
