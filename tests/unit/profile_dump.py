@@ -4,7 +4,7 @@ The dump holds every field of the loaded Profile (requires, fabric, nvls, simula
 inventory, each threshold's to_dict() in its order), and the same profile as a node on
 an InfiniBand site, on a RoCE site and on a 2-GPU slice sees it, so a change to how
 profiles are written can be proved not to change what the judge is given. A value's
-type is kept (580 and "580", 1 and 1.0 differ); mapping keys are sorted.
+type is kept (580 and "580", 1 and 1.0 differ), and so is the order of a mapping's keys.
 
     PYTHONPATH=$PWD python tests/unit/profile_dump.py   # rewrites GOLDEN
 """
@@ -31,8 +31,9 @@ SITES = {
 
 def canon(v: Any) -> Any:
     """v with its types spelled out where JSON would blur them."""
-    if isinstance(v, dict):
-        return {f"{type(k).__name__}:{k}": canon(x) for k, x in v.items()}
+    if isinstance(v, dict):  # its keys' order too, under "(order)"
+        keys = [f"{type(k).__name__}:{k}" for k in v]
+        return {"(order)": keys, **{n: canon(x) for n, x in zip(keys, v.values())}}
     if isinstance(v, (list, tuple, frozenset, set)):
         items = [canon(x) for x in v]
         return sorted(items, key=json.dumps) if isinstance(v, (set, frozenset)) else items
