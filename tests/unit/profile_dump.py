@@ -4,7 +4,10 @@ The dump holds every field of the loaded Profile (requires, fabric, nvls, simula
 inventory, each threshold's to_dict() in its order), and the same profile as a node on
 an InfiniBand site, on a RoCE site and on a 2-GPU slice sees it, so a change to how
 profiles are written can be proved not to change what the judge is given. A value's
-type is kept (580 and "580", 1 and 1.0 differ), and so is the order of a mapping's keys.
+type is kept (580 and "580", 1 and 1.0 differ), and so is the order of every list and of
+a threshold's labels. The inventory's keys are compared as a set: every reader takes them
+by name (validation.profile.inventory_thresholds in its own fixed order, the checks, the
+controller's profile hash with sorted keys), and a base's keys come before an overlay's.
 
     PYTHONPATH=$PWD python tests/unit/profile_dump.py   # rewrites GOLDEN
 """
@@ -29,13 +32,15 @@ SITES = {
 }
 
 
-def canon(v: Any) -> Any:
-    """v with its types spelled out where JSON would blur them."""
-    if isinstance(v, dict):  # its keys' order too, under "(order)"
+def canon(v: Any, ordered: bool = True) -> Any:
+    """v with its types spelled out where JSON would blur them (and, ordered, the order
+    of every mapping's keys)."""
+    if isinstance(v, dict):
         keys = [f"{type(k).__name__}:{k}" for k in v]
-        return {"(order)": keys, **{n: canon(x) for n, x in zip(keys, v.values())}}
+        body = {n: canon(x, ordered) for n, x in zip(keys, v.values())}
+        return {"(order)": keys, **body} if ordered else body
     if isinstance(v, (list, tuple, frozenset, set)):
-        items = [canon(x) for x in v]
+        items = [canon(x, ordered) for x in v]
         return sorted(items, key=json.dumps) if isinstance(v, (set, frozenset)) else items
     if isinstance(v, bool) or v is None or isinstance(v, str):
         return v
@@ -47,7 +52,7 @@ def canon(v: Any) -> Any:
 def fields(p: Profile) -> dict[str, Any]:
     return {"name": p.name, "description": p.description, "simulated": p.simulated,
             "requires": canon(p.requires), "fabric": p.fabric, "nvls": p.nvls,
-            "inventory": canon(p.inventory), "scope": canon(p.scope),
+            "inventory": canon(p.inventory, ordered=False), "scope": canon(p.scope),
             "provisional_strict": p.provisional_strict, "calibration": p.calibration,
             "thresholds": [canon(t.to_dict()) for t in p.thresholds]}
 
