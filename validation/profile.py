@@ -462,6 +462,23 @@ def _raw_thresholds(data: dict[str, Any], directory: Path, where: str) -> list[A
     return raw + (data.get("thresholds") or [])
 
 
+PROVISIONAL_MARK = "{provisional}"
+
+
+def _provenance(raw: Any, doc: dict[str, Any], where: str) -> Any:
+    """A base's threshold whose provenance starts with {provisional}: the profile's own
+    `provisional` sentence (why its floors are provisional) put in its place."""
+    if not isinstance(raw, dict) or not str(raw.get("provenance", "")).startswith(
+            PROVISIONAL_MARK):
+        return raw
+    note = doc.get("provisional")
+    if not isinstance(note, str) or not note.startswith("PROVISIONAL"):
+        raise _err(where, f"{raw.get('metric', '?')}: provenance starts with "
+                          f"{PROVISIONAL_MARK}, so the profile needs `provisional:`, a "
+                          "sentence that starts with PROVISIONAL")
+    return {**raw, "provenance": note + str(raw["provenance"])[len(PROVISIONAL_MARK):]}
+
+
 def _put(merged: dict[Any, Threshold], t: Threshold, inherited: bool, where: str,
          who: str = "variant") -> None:
     """t replaces the limit of its metric and labels in place (or is appended); an
@@ -487,8 +504,8 @@ def _merged_doc(layers: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     return doc
 
 
-def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], directory: Path
-                        ) -> list[Threshold]:
+def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], doc: dict[str, Any],
+                        directory: Path) -> list[Threshold]:
     """The thresholds of a profile's files in order: a base's order first, a later file's
     limit replacing in place; a slot a base declares filled where it stands."""
     where = f"{layers[-1][0]}.yml"
@@ -505,15 +522,15 @@ def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], directory: Pat
                     raise _err(lwhere, f"slot {raw['slot']}: takes labels only, once")
                 merged[_slot_key(raw)] = layer
                 continue
-            t = check_threshold(raw, lwhere)
+            t = check_threshold(_provenance(raw, doc, where), lwhere)
             old = merged.get(_key(t))
             inherited = isinstance(old, Threshold) and origin[_key(t)] < n
             _put(merged, t, inherited, lwhere, "profile")
             origin[_key(t)] = n
     for (metric, labels), t in merged.items():
         if not isinstance(t, Threshold):
-            raise _err(where, f"{metric} {dict(labels) or ''} has no limit (a slot "
-                              f"{t}.yml leaves to each profile)")
+            said = f"{metric} {dict(labels)}" if labels else metric
+            raise _err(where, f"{said} has no limit (a slot {t}.yml leaves to each profile)")
     return list(merged.values())
 
 
@@ -532,6 +549,10 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
       the same metric and labels in place, keeping the base's order; a new one comes
       after. A base may declare `- {slot: metric, labels: {...}}`: a limit each profile
       must set, in that position; a profile that leaves a slot empty is refused.
+    - a base's provenance may start with `{provisional}`: the profile's `provisional:`
+      sentence (why its floors are provisional, "PROVISIONAL until measured on ...")
+      stands there, so one limit serves GPUs whose floors are provisional for their own
+      reasons.
     - `extends: <profile>` (a listable profile, e.g. a `-lab` variant with `simulated:
       true`) inherits that profile's inventory whole and may not restate it.
 
@@ -580,8 +601,9 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         raise _err(where, f"fabric must be ib or roce, not {fabric!r}")
     if not isinstance(nvls, bool):
         raise _err(where, f"nccl_nvls must be true or false, not {nvls!r}")
-    own = [check_threshold(t, where) for t in _raw_thresholds(data, directory, where)] \
-        if variant else _layered_thresholds(layers, directory)
+    own = [check_threshold(_provenance(t, data, where), where)
+           for t in _raw_thresholds(data, directory, where)] if variant \
+        else _layered_thresholds(layers, data, directory)
     if not variant:
         _check_inventory(inv, where)
     merged = {_key(t): t for t in base_thresholds}

@@ -14,8 +14,8 @@ controller's profile hash with sorted keys), and a base's keys come before an ov
 
 from __future__ import annotations
 
-import lzma
 import json
+import lzma
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ def canon(v: Any, ordered: bool = True) -> Any:
     of every mapping's keys)."""
     if isinstance(v, dict):
         keys = [f"{type(k).__name__}:{k}" for k in v]
-        body = {n: canon(x, ordered) for n, x in zip(keys, v.values())}
+        body = {n: canon(x, ordered) for n, x in zip(keys, v.values(), strict=True)}
         return {"(order)": keys, **body} if ordered else body
     if isinstance(v, (list, tuple, frozenset, set)):
         items = [canon(x, ordered) for x in v]
