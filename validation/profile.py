@@ -2,10 +2,12 @@
 
 A profile YAML (validation/profiles/<name>.yml) holds the expected inventory
 and a list of thresholds. The inventory is turned into thresholds here
-(provenance: the inventory's own), so the judge sees one uniform list. A
-`-lab` variant says `extends: <base>` and `simulated: true`; it inherits the
-inventory and may override thresholds, but never loosen a health limit.
-Anything malformed raises ProfileError with a one-line message.
+(provenance: the inventory's own), so the judge sees one uniform list. A profile
+is written as what differs from its bases (`extends:`, files named `_*.yml`: a
+common base, a chassis, then the GPU overlay), merged deeply (load_profile says
+how). A `-lab` variant says `extends: <profile>` and `simulated: true`; it
+inherits the inventory and may override thresholds, but never loosen a health
+limit. Anything malformed raises ProfileError with a one-line message.
 """
 
 from __future__ import annotations
@@ -544,7 +546,7 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
       base (e.g. _xe9680.yml) extends _common.yml and a GPU overlay extends its chassis.
       The files merge farthest base first: the inventory deep-merges (mappings key by
       key, a list or a scalar replaced), every other key is the last file's that says
-      it, each file's `include:` is read where the file is.
+      it; a file's `include:` (threshold lists) comes before its own thresholds.
     - a threshold is its metric and labels; a later file's threshold replaces the one of
       the same metric and labels in place, keeping the base's order; a new one comes
       after. A base may declare `- {slot: metric, labels: {...}}`: a limit each profile
