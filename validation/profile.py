@@ -2,10 +2,12 @@
 
 A profile YAML (validation/profiles/<name>.yml) holds the expected inventory
 and a list of thresholds. The inventory is turned into thresholds here
-(provenance: the inventory's own), so the judge sees one uniform list. A
-`-lab` variant says `extends: <base>` and `simulated: true`; it inherits the
-inventory and may override thresholds, but never loosen a health limit.
-Anything malformed raises ProfileError with a one-line message.
+(provenance: the inventory's own), so the judge sees one uniform list. A profile
+is written as what differs from its bases (`extends:`, files named `_*.yml`: a
+common base, a chassis, then the GPU overlay), merged deeply (load_profile says
+how). A `-lab` variant says `extends: <profile>` and `simulated: true`; it
+inherits the inventory and may override thresholds, but never loosen a health
+limit. Anything malformed raises ProfileError with a one-line message.
 """
 
 from __future__ import annotations
@@ -407,8 +409,159 @@ def list_profiles(directory: Path = PROFILE_DIR) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yml") if not p.stem.startswith("_"))
 
 
+def deep_merge(base: Any, over: Any) -> Any:
+    """`over` on top of `base`: mappings merge key by key (a nested key overridden, its
+    siblings kept); anything else, a list included, replaces."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return over
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(base[k], v) if k in base else v
+    return out
+
+
+def _bases(data: dict[str, Any], where: str) -> list[str]:
+    ext = data.get("extends")
+    if ext is None:
+        return []
+    names = [ext] if isinstance(ext, str) else ext
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise _err(where, "extends must be a profile name or a list of base names")
+    variants = [n for n in names if not n.startswith("_")]
+    if variants and len(names) > 1:
+        raise _err(where, f"a variant extends one profile ({variants[0]}), not a list")
+    return names
+
+
+def _layers(name: str, directory: Path, stack: tuple[str, ...] = ()
+            ) -> list[tuple[str, dict[str, Any]]]:
+    """The files a composed profile is made of, farthest base first, each once."""
+    data = _read(name, directory)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for base in _bases(data, f"{name}.yml"):
+        if base in stack or base == name:
+            chain = " -> ".join((*stack, name, base))
+            raise _err(f"{stack[0] if stack else name}.yml", f"extends cycle {chain}")
+        if not (directory / f"{base}.yml").is_file():
+            known = ", ".join(sorted(p.stem for p in directory.glob("*.yml"))) or "none"
+            raise _err(f"{name}.yml", f"extends unknown profile {base!r} (known: {known})")
+        out += [la for la in _layers(base, directory, (*stack, name))
+                if la[0] not in {n for n, _ in out}]
+    return [*out, (name, data)]
+
+
+def _raw_thresholds(data: dict[str, Any], directory: Path, where: str) -> list[Any]:
+    """A file's thresholds as written: its includes' first, then its own."""
+    raw: list[Any] = []
+    for inc in data.get("include") or ():
+        inc_path = directory / str(inc)
+        if not inc_path.is_file():
+            raise _err(where, f"include {inc} not found")
+        included = yaml.safe_load(inc_path.read_text()) or []
+        if not isinstance(included, list):
+            raise _err(where, f"include {inc} must be a list of thresholds")
+        raw += included
+    return raw + (data.get("thresholds") or [])
+
+
+PROVISIONAL_MARK = "{provisional}"
+
+
+def _provenance(raw: Any, doc: dict[str, Any], where: str) -> Any:
+    """A base's threshold whose provenance starts with {provisional}: the profile's own
+    `provisional` sentence (why its floors are provisional) put in its place."""
+    if not isinstance(raw, dict) or not str(raw.get("provenance", "")).startswith(
+            PROVISIONAL_MARK):
+        return raw
+    note = doc.get("provisional")
+    if not isinstance(note, str) or not note.startswith("PROVISIONAL"):
+        raise _err(where, f"{raw.get('metric', '?')}: provenance starts with "
+                          f"{PROVISIONAL_MARK}, so the profile needs `provisional:`, a "
+                          "sentence that starts with PROVISIONAL")
+    return {**raw, "provenance": note + str(raw["provenance"])[len(PROVISIONAL_MARK):]}
+
+
+def _put(merged: dict[Any, Threshold], t: Threshold, inherited: bool, where: str,
+         who: str = "variant") -> None:
+    """t replaces the limit of its metric and labels in place (or is appended); an
+    inherited health limit may be tightened, never loosened."""
+    old = merged.get(_key(t))
+    if old and inherited and t.metric.startswith(HEALTH_PREFIXES) and _looser(old, t):
+        raise _err(where, f"{t.metric}: a {who} may not loosen a health limit "
+                          f"({old.op} {old.value} -> {t.op} {t.value})")
+    merged[_key(t)] = t
+
+
+def _slot_key(raw: dict[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    labels = raw.get("labels") or {}
+    return str(raw["slot"]), tuple(sorted((str(a), str(b)) for a, b in labels.items()))
+
+
+def _merged_doc(layers: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A profile's files merged, farthest base first (thresholds aside)."""
+    doc: dict[str, Any] = {}
+    for _, data in layers:
+        doc = deep_merge(doc, {k: v for k, v in data.items()
+                               if k not in ("extends", "include", "thresholds")})
+    return doc
+
+
+def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], doc: dict[str, Any],
+                        directory: Path) -> list[Threshold]:
+    """The thresholds of a profile's files in order: a base's order first, a later file's
+    limit replacing in place; a slot a base declares filled where it stands."""
+    where = f"{layers[-1][0]}.yml"
+    merged: dict[Any, Any] = {}  # key -> Threshold, or the base that left a slot
+    origin: dict[Any, int] = {}
+    for n, (layer, data) in enumerate(layers):
+        lwhere = f"{layer}.yml"
+        for raw in _raw_thresholds(data, directory, lwhere):
+            if isinstance(raw, dict) and "slot" in raw:
+                if not layer.startswith("_"):
+                    raise _err(lwhere, f"slot {raw['slot']}: only a base (_*.yml) leaves a "
+                                       "limit to its profiles")
+                if set(raw) - {"slot", "labels"} or _slot_key(raw) in merged:
+                    raise _err(lwhere, f"slot {raw['slot']}: takes labels only, once")
+                merged[_slot_key(raw)] = layer
+                continue
+            t = check_threshold(_provenance(raw, doc, where), lwhere)
+            old = merged.get(_key(t))
+            inherited = isinstance(old, Threshold) and origin[_key(t)] < n
+            _put(merged, t, inherited, lwhere, "profile")
+            origin[_key(t)] = n
+    for (metric, labels), t in merged.items():
+        if not isinstance(t, Threshold):
+            said = f"{metric} {dict(labels)}" if labels else metric
+            raise _err(where, f"{said} has no limit (a slot {t}.yml leaves to each profile)")
+    return list(merged.values())
+
+
 def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
-    """Load a profile by name (or a path to a .yml) and check every threshold."""
+    """Load a profile by name (or a path to a .yml) and check every threshold.
+
+    A profile file holds only what differs from the bases it names in `extends:` (a name,
+    or a list of them, merged in order), and a base may itself extend bases:
+
+    - a base is a file named `_*.yml` (never listed, never loaded on its own). A chassis
+      base (e.g. _xe9680.yml) extends _common.yml and a GPU overlay extends its chassis.
+      The files merge farthest base first: the inventory deep-merges (mappings key by
+      key, a list or a scalar replaced), every other key is the last file's that says
+      it; a file's `include:` (threshold lists) comes before its own thresholds.
+    - a threshold is its metric and labels; a later file's threshold replaces the one of
+      the same metric and labels in place, keeping the base's order; a new one comes
+      after. A base may declare `- {slot: metric, labels: {...}}`: a limit each profile
+      must set, in that position; a profile that leaves a slot empty is refused.
+    - a base's provenance may start with `{provisional}`: the profile's `provisional:`
+      sentence (why its floors are provisional, "PROVISIONAL until measured on ...")
+      stands there, so one limit serves GPUs whose floors are provisional for their own
+      reasons.
+    - `extends: <profile>` (a listable profile, e.g. a `-lab` variant with `simulated:
+      true`) inherits that profile's inventory whole and may not restate it.
+
+    An inherited health limit (HEALTH_PREFIXES) may be tightened, never loosened. A cycle
+    in `extends` or an unknown base is refused; anything malformed raises ProfileError
+    with a one-line message.
+    """
     p = Path(name_or_path)
     if p.suffix in (".yml", ".yaml"):
         if not p.is_file():
@@ -418,9 +571,12 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         name = name_or_path
     data = _read(name, directory)
     where = f"{name}.yml"
+    bases = _bases(data, where)
+    variant = bool(bases) and not bases[0].startswith("_")
     base_thresholds: list[Threshold] = []
-    if "extends" in data:
-        base = load_profile(str(data["extends"]), directory)
+    layers = [] if variant else _layers(name, directory)
+    if variant:
+        base = load_profile(bases[0], directory)
         inv = base.inventory
         base_thresholds = list(base.thresholds)
         requires = set(data.get("requires", base.requires))
@@ -429,6 +585,7 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         if "inventory" in data:
             raise _err(where, "a variant inherits the inventory; do not restate it")
     else:
+        data = _merged_doc(layers)
         for key in ("inventory", "inventory_provenance", "requires"):
             if key not in data:
                 raise _err(where, f"missing {key}")
@@ -446,28 +603,15 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         raise _err(where, f"fabric must be ib or roce, not {fabric!r}")
     if not isinstance(nvls, bool):
         raise _err(where, f"nccl_nvls must be true or false, not {nvls!r}")
-    raw_thresholds: list[Any] = []
-    for inc in data.get("include") or ():
-        inc_path = directory / str(inc)
-        if not inc_path.is_file():
-            raise _err(where, f"include {inc} not found")
-        included = yaml.safe_load(inc_path.read_text()) or []
-        if not isinstance(included, list):
-            raise _err(where, f"include {inc} must be a list of thresholds")
-        raw_thresholds += included
-    raw_thresholds += data.get("thresholds") or []
-    own = [check_threshold(t, where) for t in raw_thresholds]
-    if "extends" not in data:
+    own = [check_threshold(_provenance(t, data, where), where)
+           for t in _raw_thresholds(data, directory, where)] if variant \
+        else _layered_thresholds(layers, data, directory)
+    if not variant:
         _check_inventory(inv, where)
     merged = {_key(t): t for t in base_thresholds}
     simulated = bool(data.get("simulated", False))
     for t in own:
-        old = merged.get(_key(t))
-        if (old and "extends" in data and t.metric.startswith(HEALTH_PREFIXES)
-                and _looser(old, t)):
-            raise _err(where, f"{t.metric}: a variant may not loosen a health limit "
-                              f"({old.op} {old.value} -> {t.op} {t.value})")
-        merged[_key(t)] = t
+        _put(merged, t, variant, where)
     return Profile(name=name, description=str(data.get("description", "")),
                    simulated=simulated, requires=frozenset(requires), fabric=fabric,
                    inventory=inv, thresholds=tuple(merged.values()), nvls=nvls)

@@ -73,7 +73,7 @@ def pdir(tmp_path: Path) -> Path:
 
 def write_with(pdir: Path, threshold: dict, base: str = "xe9680-h200") -> None:
     data = yaml.safe_load((pdir / f"{base}.yml").read_text())
-    data["thresholds"] = [threshold]
+    data["thresholds"] = [*data["thresholds"], threshold]  # the base's slots stay filled
     (pdir / "bad.yml").write_text(yaml.safe_dump(data))
 
 
