@@ -337,13 +337,15 @@ def test(c, k=None, unit=False):
 
 @task
 def lint(c):
-    """ruff, yamllint and ansible-lint (production profile) over the tree."""
+    """ruff, yamllint and ansible-lint (production profile) over the tree; mypy over
+    validation/."""
     bindir = Path(sys.executable).parent
     failed = False
     for cmd in (
         f"{bindir}/ruff check .",
         f"{bindir}/yamllint -s .",
         f"{bindir}/ansible-lint",
+        f"{bindir}/mypy validation/",  # the node side; [tool.mypy] in pyproject.toml
     ):
         print(f"$ {cmd}")
         failed |= bool(c.run(cmd, warn=True, env={"PATH": f"{bindir}:{os.environ['PATH']}"}).exited)

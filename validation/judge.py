@@ -22,7 +22,7 @@ from collections import defaultdict
 from typing import Any
 
 from validation import metrics
-from validation.model import CheckResult, Measurement, Threshold, Value, Verdict
+from validation.model import CheckResult, Measurement, Outcome, Threshold, Value, Verdict
 
 LabelKey = tuple[tuple[str, str], ...]
 # labels that name the entity compared in fleet outliers, not the kind of value
@@ -245,7 +245,7 @@ def compare(op: str, value: Value, limit: Any) -> bool:
     return float(value) >= float(limit) if op == ">=" else float(value) <= float(limit)
 
 
-def limit_outcome(t: Threshold, value: Value, strict: bool = False) -> str:
+def limit_outcome(t: Threshold, value: Value, strict: bool = False) -> Outcome:
     """pass, fail, or below_expected: a provisional limit missed short of its gross-fault
     line (a site that accepts only against the provisional floors sets strict)."""
     if compare(t.op, value, t.value):

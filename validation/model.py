@@ -31,7 +31,11 @@ Outcome = Literal["pass", "fail", "below_expected", "not_applicable"]
 #                only past its gross-fault line (`gross`), else reads below_expected
 #   calibrated   a site's own floor from its known-good nodes (invoke calibrate)
 Tier = Literal["spec", "measured", "provisional", "calibrated"]
-TIERS: tuple[str, ...] = ("spec", "measured", "provisional", "calibrated")
+TIERS: tuple[Tier, ...] = ("spec", "measured", "provisional", "calibrated")
+
+# A threshold's comparison (validation.judge.compare): "~" a string matching a regular
+# expression, "ver>=" a dotted firmware version at least.
+Op = Literal[">=", "<=", "==", "!=", "in", "~", "ver>="]
 
 # A node's overall verdict. incomplete: the run did not finish (node dropped,
 # crashed), so whatever was measured can never add up to PASS.
@@ -102,7 +106,7 @@ class Threshold:
     """An acceptance limit from a hardware profile: data, never code."""
 
     metric: str
-    op: Literal[">=", "<=", "==", "!=", "in"]
+    op: Op
     value: Any
     unit: str
     provenance: str  # where the number came from: a measured run, a datasheet, a peer tool

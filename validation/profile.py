@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from validation import metrics
-from validation.model import TIERS, Threshold
+from validation.model import TIERS, Op, Threshold, Tier
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 OPS = (">=", "<=", "==", "!=", "in", "~", "ver>=")  # "~": string matches a regular expression
@@ -113,7 +113,7 @@ def check_threshold(raw: dict[str, Any], where: str) -> Threshold:
                      tier=tier, gross=_gross(raw, tier, where))
 
 
-def _tier(raw: dict[str, Any], where: str) -> str:
+def _tier(raw: dict[str, Any], where: str) -> Tier:
     """The threshold's tier: as stated, else 'provisional' when its provenance says so
     (its first word), else 'spec'. A stated tier never contradicts the provenance."""
     said_provisional = str(raw["provenance"]).lstrip().startswith("PROVISIONAL")
@@ -123,7 +123,7 @@ def _tier(raw: dict[str, Any], where: str) -> str:
     if said_provisional != (tier == "provisional"):
         raise _err(where, f"{raw['metric']}: tier {tier} but the provenance "
                           f"{'says' if said_provisional else 'does not say'} PROVISIONAL")
-    return str(tier)
+    return tier  # one of TIERS, checked above
 
 
 def _gross(raw: dict[str, Any], tier: str, where: str) -> float | None:
@@ -141,7 +141,7 @@ def _gross(raw: dict[str, Any], tier: str, where: str) -> float | None:
     return float(gross)
 
 
-def _t(metric: str, op: str, value: Any, prov: str, labels: dict[str, str] | None = None
+def _t(metric: str, op: Op, value: Any, prov: str, labels: dict[str, str] | None = None
        ) -> Threshold:
     return Threshold(metric=metric, op=op, value=value, unit=metrics.get(metric).unit,
                      provenance=prov, labels=labels)

@@ -237,7 +237,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
             finished_at = _now()  # result.json and the run_finished event: one instant
             artifacts = {str(p.relative_to(out)): _sha256(p)
                          for p in sorted((out / "artifacts").rglob("*")) if p.is_file()}
-            result = {
+            doc: dict[str, Any] = {
                 "schema_version": SCHEMA_VERSION, "run_id": run_id, "node": node,
                 "hostname": hostname, "profile": profile.name, "level": level,
                 "simulated": profile.simulated, "scope": profile.scope,
@@ -259,10 +259,10 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                 "artifacts": artifacts,
             }
             tmp = out / "result.json.tmp"
-            tmp.write_text(json.dumps(result, indent=2, default=str))
+            tmp.write_text(json.dumps(doc, indent=2, default=str))
             tmp.replace(out / "result.json")
             ctx.emit({"event": "run_finished", "ts": finished_at, "outcome": outcome})
-    return result
+    return doc
 
 
 def _take_over(ctx: Context, prev: PreviousRun) -> list[CheckResult]:

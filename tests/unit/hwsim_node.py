@@ -21,6 +21,7 @@ import yaml
 from rackready.lab.hwsim.packages import NCCL
 from rackready.lab.hwsim.state import build_state
 from rackready.lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
+from validation.result_schema import check_result
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,4 +122,6 @@ def run_suite(node: Node, out: Path, profile: str, site: dict[str, Any],
                           timeout=timeout_s, check=False)
     result_path = out / "result.json"
     result = json.loads(result_path.read_text()) if result_path.is_file() else {}
+    if result:  # what the node wrote meets its schema, whatever the fault
+        assert check_result(result) == [], check_result(result)[:5]
     return proc, result

@@ -22,6 +22,7 @@ import test_validation_cli as tvc
 import yaml
 from test_checks_gpu import GPU1, xml_fault
 
+from validation.result_schema import check_result
 from validation.workloads.burnin_log import (
     IntervalLog,
     LogBusy,
@@ -94,6 +95,7 @@ def test_resume_takes_over_finished_checks_and_keeps_start_counters(node):
     assert events_of((node["out"] / "events.jsonl").read_text()) == evs
 
     result = json.loads((node["out"] / "result.json").read_text())
+    assert check_result(result) == []  # resumed_at, the taken-over checks
     assert result["run_id"] == original["run_id"] and result["started"] == original["started"]
     assert len(result["resumed_at"]) == 1
     by_check = {c["check"]: c for c in result["checks"]}

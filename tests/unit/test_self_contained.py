@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # what a walk without git leaves out: the same as .gitignore
-SKIP_DIRS = {".git", ".venv", "runs", "artifacts", "__pycache__", ".pytest_cache",
+SKIP_DIRS = {".git", ".venv", "runs", "artifacts", "__pycache__", ".pytest_cache", ".mypy_cache",
              ".ruff_cache", "build", "dist", ".whl", ".gl"}
 MAX_BYTES = 2_000_000
 

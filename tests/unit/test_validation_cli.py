@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from test_checks_gpu import FIX, GPU1, SERIAL1, xml_fault
 
+from validation.result_schema import check_result
+
 REPO = Path(__file__).resolve().parents[2]
 # The capture host as it was: 2 GPUs, no ConnectX/NVMe/fabric manager. The GPU workloads
 # (torch) have their own tests; here torch on the CPU is not the GPU they need.
@@ -74,6 +76,7 @@ def test_healthy_scoped_node_passes_and_streams_events(node):
     file_lines = (node["out"] / "events.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in file_lines] == lines
     result = json.loads((node["out"] / "result.json").read_text())
+    assert check_result(result) == []
     for key in ("schema_version", "run_id", "node", "hostname", "profile", "level", "simulated",
                 "started", "finished", "tool_versions", "bundle_sha256", "inventory", "checks",
                 "verdicts", "outcome", "thresholds", "artifacts"):
@@ -93,6 +96,7 @@ def test_fault_fails_and_names_gpu(node):
     proc = run_quick(node)
     assert proc.returncode == 1
     result = json.loads((node["out"] / "result.json").read_text())
+    assert check_result(result) == []
     bad = [v for v in result["verdicts"] if v["outcome"] == "fail"]
     assert [(v["metric"], v["labels"]["serial"]) for v in bad] == \
         [("gpu.remapped_rows_failure", SERIAL1)]
@@ -108,6 +112,7 @@ def test_missing_tool_on_required_check_fails(node):
                           env={**os.environ, "PATH": env_path}, timeout=120)
     assert proc.returncode == 1
     result = json.loads((node["out"] / "result.json").read_text())
+    assert check_result(result) == []  # error statuses too
     failed = {v["check"] for v in result["verdicts"] if v["metric"] == "check.status"
               and v["outcome"] == "fail"}
     assert {"gpu.inventory", "gpu.health", "nvlink.links"} <= failed

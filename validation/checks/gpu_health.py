@@ -69,7 +69,7 @@ def xids_by_gpu(ctx: Context) -> tuple[dict[int, list[XidEvent]], list[XidEvent]
     events = parse_xids(kernel_log(ctx))
     by_bus = {xid_bus_key(g.bus_id): g.index for g in smi(ctx).gpus}
     per_gpu: dict[int, list[XidEvent]] = {g.index: [] for g in smi(ctx).gpus}
-    orphans = []
+    orphans: list[XidEvent] = []
     for e in events:
         idx = by_bus.get(xid_bus_key(e.bus))
         (per_gpu[idx] if idx is not None else orphans).append(e)
@@ -87,6 +87,6 @@ def gpu_xid(ctx: Context) -> Iterator[Measurement]:
         yield m("gpu.xid_other", sum(not e.hardware for e in events), labels[idx])
     for bus in sorted({e.bus for e in orphans if e.hardware}):
         # an XID from a bus id no GPU answers on: a GPU that fell off the bus
-        hw = [e for e in orphans if e.bus == bus and e.hardware]
-        yield m("gpu.xid_hardware", len(hw), {"gpu": "missing", "bus_id": bus,
-                                              "xids": ",".join(sorted({str(e.xid) for e in hw}))})
+        lost = [e for e in orphans if e.bus == bus and e.hardware]
+        xids = ",".join(sorted({str(e.xid) for e in lost}))
+        yield m("gpu.xid_hardware", len(lost), {"gpu": "missing", "bus_id": bus, "xids": xids})

@@ -47,8 +47,8 @@ def read_counters(ctx: Context) -> dict[Key, float]:
                 lab = {**labels.get(gpu, {"gpu": str(gpu)}), "link": str(link)}
                 for kind in ("replay", "recovery", "crc"):
                     put(f"nvlink_{kind}", lab, counters.get(kind))
-    for port, value in ib_error_counters(ctx).items():
-        put("ib_errors", {"port": port}, value)
+    for port, port_errors in ib_error_counters(ctx).items():
+        put("ib_errors", {"port": port}, port_errors)
     # issue 16 (w16n): SXids, uncorrected EDAC errors, uncorrected machine checks
     from validation.checks.host import health_counters
 
@@ -56,8 +56,8 @@ def read_counters(ctx: Context) -> dict[Key, float]:
         put(counter, lab, value)
     # issue 16: PCIe AER totals per GPU/NIC and link flaps per port (fabric_health)
     from validation.checks.fabric_health import delta_counters
-    for counter, labels, value in delta_counters(ctx):
-        put(counter, labels, value)
+    for counter, lab, value in delta_counters(ctx):
+        put(counter, lab, value)
     return out
 
 

@@ -63,9 +63,9 @@ def nvlink_links(ctx: Context) -> Iterator[Measurement]:
         for link, speed in links.items():
             if speed is not None:
                 yield m("nvlink.link_speed", speed, {**lab, "link": str(link)})
-    for gpu, links in nvlink_error_counters(ctx).items():
+    for gpu, link_counters in nvlink_error_counters(ctx).items():
         lab = labels.get(gpu, {"gpu": str(gpu)})
-        for link, counters in links.items():
+        for link, counters in link_counters.items():
             for kind, value in counters.items():
                 if kind in _KINDS:
                     yield m(_KINDS[kind], value, {**lab, "link": str(link)})

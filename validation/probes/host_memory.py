@@ -89,7 +89,7 @@ def _dimm(s: bytes, strings: list[str]) -> Dimm:
         n = s[o] if len(s) > o else 0
         return strings[n - 1] if 0 < n <= len(strings) else ""
 
-    size = word(0x0C)
+    size: int = struct.unpack_from("<H", s, 0x0C)[0]  # always there: len(s) >= 0x15
     size_mib: int | None
     if size == 0xFFFF:
         size_mib = None

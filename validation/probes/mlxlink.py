@@ -61,7 +61,7 @@ def _sections_text(text: str) -> dict[str, dict[str, str]]:
 
 def _flat(v: object) -> str:
     if isinstance(v, dict) and "values" in v:
-        return ",".join(str(x) for x in v["values"])  # type: ignore[union-attr]
+        return ",".join(str(x) for x in v["values"])
     if isinstance(v, list):
         return ",".join(str(x) for x in v)
     return str(v)

@@ -47,7 +47,7 @@ def parse_ibstat(text: str) -> list[IbCa]:
         return []
     for name, body in zip(blocks[1::2], blocks[2::2], strict=True):
         head, *port_parts = re.split(r"^\s*Port (\d+):\s*$", body, flags=re.M)
-        f = dict(re.findall(r"^\s*([\w ]+?):\s*(.*?)\s*$", head, re.M))
+        f: dict[str, str] = dict(re.findall(r"^\s*([\w ]+?):\s*(.*?)\s*$", head, re.M))
         ca_type = f.get("CA type", "")
         dev = re.sub(r"^MT", "", ca_type)
         ports = []

@@ -84,7 +84,7 @@ def read_pci_devices(devices_dir: Path) -> list[PciDevice]:
     """Read /sys/bus/pci/devices/* (under a sysroot); files a device lacks read as None."""
     out = []
     for d in sorted(devices_dir.iterdir()) if devices_dir.is_dir() else ():
-        fields = {}
+        fields: dict[str, str | None] = {}
         for name in ("vendor", "class", "current_link_speed", "current_link_width",
                      "max_link_speed", "max_link_width", "numa_node"):
             try:

@@ -82,10 +82,11 @@ def nccl_pool(d: Dist) -> torch.cuda.MemPool | None:
     allocation is then no difference between the two columns. On 2x H200 neither
     allocator was faster across the board (bench/results/h200x2-2026-12-01-issue15.md).
     None where torch or the backend lacks it."""
-    if not d.is_cuda:
+    world = dist.group.WORLD
+    if not d.is_cuda or world is None:
         return None
     try:
-        return torch.cuda.MemPool(dist.group.WORLD._get_backend(d.device).mem_allocator)
+        return torch.cuda.MemPool(world._get_backend(d.device).mem_allocator)
     except (AttributeError, RuntimeError, TypeError):
         return None
 
@@ -274,9 +275,9 @@ def mean_over_ranks(d: Dist, t: float) -> float:
     return float(tt.item()) / d.world
 
 
-def torch_nccl_version(raw: object = None) -> str:
+def torch_nccl_version(raw: tuple[int, ...] | int | None = None) -> str:
     """torch.cuda.nccl.version() as 'major.minor.patch' (a tuple, or an int in old torch)."""
-    v = torch.cuda.nccl.version() if raw is None else raw
+    v: tuple[int, ...] | int = torch.cuda.nccl.version() if raw is None else raw
     if isinstance(v, tuple):
         return ".".join(str(x) for x in v[:3])
     n = int(v)  # 2.x encodes major*10000 + minor*100 + patch (NCCL_VERSION_CODE)

@@ -129,7 +129,7 @@ class Sink:
         self._f.close()
 
 
-def time_region(d: Dist, fn: Callable[[], None], iters: int) -> float:
+def time_region(d: Dist, fn: Callable[[], object], iters: int) -> float:
     """Seconds per call of fn over `iters` back-to-back calls (device events on GPU)."""
     if d.is_cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -145,7 +145,8 @@ def time_region(d: Dist, fn: Callable[[], None], iters: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def median_time(d: Dist, fn: Callable[[], None], *, warmup: int, iters: int, repeats: int) -> float:
+def median_time(d: Dist, fn: Callable[[], object], *, warmup: int, iters: int, repeats: int
+                ) -> float:
     """Median over `repeats` of the mean time per call; warm-up calls are not timed."""
     for _ in range(warmup):
         fn()

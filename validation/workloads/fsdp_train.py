@@ -31,6 +31,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,7 +52,7 @@ from validation.workloads.common import (
     run_main,
 )
 from validation.workloads.golden import loss_windows, window_rise
-from validation.workloads.llama import SHAPES, Llama, flops_per_token, init_weights
+from validation.workloads.llama import SHAPES, Block, Llama, flops_per_token, init_weights
 
 GiB = 1 << 30
 # torchtitan's llama3 recipes peak at 3e-4; the tiny CPU model (dim 64) learns
@@ -92,6 +93,7 @@ def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
     with torch.device("meta"):
         model = Llama(shape)
     for blk, ac in zip(model.layers, parse_ac(a.ac, shape.n_layers), strict=True):
+        assert isinstance(blk, Block)  # nn.ModuleList hands out plain Modules
         blk.recompute = ac
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     # torchtitan v0.2.2's grouping: the embedding alone (its all-gather is the only one not
@@ -193,8 +195,13 @@ def scheduled_gc() -> Iterator[Callable[[int], None]]:
     was = gc.isenabled()
     gc.disable()
     gc.collect(1)
+
+    def collect(step: int) -> None:
+        if step % GC_EVERY == 0:
+            gc.collect(1)
+
     try:
-        yield lambda step: gc.collect(1) if step % GC_EVERY == 0 else None
+        yield collect
     finally:
         if was:
             gc.enable()
@@ -373,7 +380,7 @@ def _restore_and_compare(d: Dist, sink: Sink, a, path: Path, losses: dict[int, f
     # a different seed: a restore that loaded nothing cannot match by accident
     model, opt = build(d, a, a.seed + 1)
     msd, osd = get_state_dict(model, opt)
-    state = {"model": msd, "optim": osd}
+    state: dict[str, Any] = {"model": msd, "optim": osd}
     dist.barrier()
     t0 = time.perf_counter()
     dcp.load(state, checkpoint_id=str(path))

@@ -114,6 +114,7 @@ class SdcScreen:
         """A last repeat, then every GPU's result against the others' (collective)."""
         d = self.d
         c = self._product()
+        assert self.first is not None  # the run's first screen() set it
         self.repeat_bad += (c != self.first).sum()
         repeat = int(self.repeat_bad.item()) + self.carried_bad
         flat = c.contiguous().view(torch.int16).view(-1)
@@ -269,7 +270,7 @@ def _burn(
         c0 = time.perf_counter()
         for _ in range(iters):
             _product(dtype, x, y, out)
-        if ev1 is not None:
+        if ev0 is not None and ev1 is not None:
             ev1.record()
             ev1.synchronize()
             secs = ev0.elapsed_time(ev1) / 1e3
@@ -345,7 +346,7 @@ def series_points(records: list[Record], most: int = SERIES_POINTS) -> list[Reco
             point.update(power_w=max(r["power_w"] for r in run),
                          sm_mhz=min(r["sm_mhz"] for r in run),
                          temp_c=max(r["temp_c"] for r in run))
-        out.append(point)  # type: ignore[arg-type]
+        out.append(point)
     return out
 
 

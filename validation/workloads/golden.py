@@ -194,6 +194,8 @@ def curve_from_measurements(ms: Any) -> dict[int, float]:
             continue
         labels = (m.get("labels") if isinstance(m, dict) else m.labels) or {}
         value = m.get("value") if isinstance(m, dict) else m.value
+        if value is None:
+            continue
         try:
             out[int(labels["step"])] = float(value)
         except (KeyError, TypeError, ValueError):

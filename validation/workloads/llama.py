@@ -147,7 +147,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         if self.recompute and torch.is_grad_enabled():
-            kw = {"context_fn": _sac_context} if self.recompute == "op" else {}
+            kw: dict[str, Any] = {"context_fn": _sac_context} if self.recompute == "op" else {}
             return checkpoint(
                 self._fwd, x, cos, sin, use_reentrant=False, preserve_rng_state=False, **kw
             )

@@ -109,18 +109,17 @@ def triad_node(node: int, cpus: list[int], array_bytes: int, reps: int = 5) -> T
     errors: list[BaseException] = []
 
     def worker(cpu: int) -> None:
+        arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         try:
             os.sched_setaffinity(0, {cpu})  # this thread only (Linux: tid 0 = caller)
-            a = np.zeros(per)  # first touch after pinning: the pages land on this node
-            b = np.full(per, 1.0)
-            c = np.full(per, 2.0)
-            tmp = np.empty(BLOCK)
+            # first touch after pinning: the pages land on this node
+            arrays = (np.zeros(per), np.full(per, 1.0), np.full(per, 2.0), np.empty(BLOCK))
         except BaseException as exc:  # noqa: BLE001  reported by the caller
             errors.append(exc)
-            a = b = c = tmp = None
         for _ in range(reps):
             start.wait()
-            if a is not None and not errors:
+            if arrays is not None and not errors:
+                a, b, c, tmp = arrays
                 try:
                     for i in range(0, per, BLOCK):
                         j = min(per, i + BLOCK)

@@ -22,6 +22,7 @@ reported refused with the port's state, from `ibstat`.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import subprocess
@@ -135,6 +136,7 @@ def _exchange(d: Dist, peer: int, send: torch.Tensor, recv: torch.Tensor, repeat
     for _ in range(repeat):
         reqs = [dist.isend(send, peer), dist.irecv(recv, peer)]
         for r in reqs:
+            assert r is not None  # None only for a rank outside the group: never the default
             r.wait()
 
 
@@ -200,7 +202,7 @@ def pairwise_step(d: Dist, sink: Sink, info: list[dict[str, Any]], per_node: int
                 sink.emit("rack.pair_busbw", 0.0, "GB/s", **labels, refused=why)
                 continue
             rep = slowdown(ra, rb, line_rate) if simulated else 1
-            t = median_time(d, lambda peer=peer, rep=rep: _exchange(d, peer, send, recv, rep),
+            t = median_time(d, functools.partial(_exchange, d, peer, send, recv, rep),
                             warmup=warmup, iters=iters, repeats=repeats)
             t = _slower(d, peer, t)
             sink.emit("rack.pair_busbw", round(algbw_gbps(send.numel() * 4, t), 4),

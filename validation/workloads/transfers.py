@@ -10,6 +10,7 @@ ordered pair at a time.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def gpu_numa_node(d: Dist, sysroot: Path = Path("/")) -> int:
     if not d.is_cuda:
         return -1
     pr = torch.cuda.get_device_properties(d.device)
-    bus = f"{pr.pci_domain_id:04x}:{pr.pci_bus_id:02x}:{pr.pci_device_id:02x}.0"
+    # torch's stub of _CudaDeviceProperties omits the pci_* fields its binding has
+    ids = (pr.pci_domain_id, pr.pci_bus_id, pr.pci_device_id)  # type: ignore[attr-defined]
+    bus = "{:04x}:{:02x}:{:02x}.0".format(*ids)
     try:
         return int((sysroot / "sys/bus/pci/devices" / bus / "numa_node").read_text())
     except (OSError, ValueError):
@@ -117,7 +120,7 @@ def p2p_bw(
             t = (
                 median_time(
                     d,
-                    lambda dst=dst, src=src: dst.copy_(src, non_blocking=True),
+                    functools.partial(dst.copy_, src, non_blocking=True),
                     warmup=2,
                     iters=iters,
                     repeats=repeats,
