@@ -38,7 +38,7 @@ from validation.workloads.golden import loss_windows, window_rise  # noqa: E402
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast")
 SIZES = (64 << 20, 256 << 20, 1 << 30, 4 << 30)
 COLL_TARGET = 0.98
-LEVEL_TARGETS = {"quick": 90, "standard": 480}  # seconds on 2 GPUs (issue 15)
+LEVEL_TARGETS = {"quick": 90, "standard": 480}  # seconds on 2 GPUs
 TITAN_SKIP = 3  # torchtitan's first steps (compile, warm-up) left out of its medians
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/provision_fanout.py [--nodes 4] [--out bench/results/x.md]
 
-Target (issue 3): 4 nodes take at most 1.5x the time of 1. Each size boots a
+Target: 4 nodes take at most 1.5x the time of 1. Each size boots a
 fresh lab (lab.down, lab.up --nodes N) so every node starts unprovisioned;
 only the provisioning run itself is timed. Results: a markdown table with the
 machine, versions, date and command.

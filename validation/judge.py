@@ -79,10 +79,10 @@ def component(labels: dict[str, str]) -> str:
                         and "gpu" not in labels else ""))
     elif "port" in labels:
         parts.append(f"IB port {labels['port']}")
-    if "component" in labels:  # BMC firmware inventory (issue 17)
+    if "component" in labels:  # BMC firmware inventory
         parts.append(f"{labels['component']} firmware"
                      + (f" ({labels['item']})" if labels.get("item") else ""))
-    # issue 16 (w16n): NVSwitch, NVMe drive by serial, DIMM slot, machine-check site, NUMA
+    # NVSwitch, NVMe drive by serial, DIMM slot, machine-check site, NUMA
     if "nvswitch" in labels:
         parts.append(f"NVSwitch {labels['nvswitch']}"
                      + (f" (PCI {labels['bus_id']})" if labels.get("bus_id") else ""))
@@ -101,7 +101,7 @@ def component(labels: dict[str, str]) -> str:
     for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
                       ("array", "md array"), ("token", "kernel parameter"),
                       ("module", "module"),
-                      # out of band (BMC): issue 17
+                      # out of band (BMC)
                       ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
                       ("bios", "BIOS setting"),
                       ("log", "BMC log"), ("entry", "entry"),
@@ -112,7 +112,7 @@ def component(labels: dict[str, str]) -> str:
 
 
 _REMEDIATION: list[tuple[str, str]] = [
-    # issue 16 (w16n), first: "xid" below would catch nvswitch.sxid_*
+    # first: "xid" below would catch nvswitch.sxid_*
     (r"^nvswitch\.sxid|^health\.delta\.sxid",
      "look up the SXid in the Fabric Manager user guide; reset the baseboard (power-cycle "
      "the node) and re-run; if it recurs, replace the HGX baseboard holding {c} (vendor "
@@ -135,7 +135,7 @@ _REMEDIATION: list[tuple[str, str]] = [
      "and the EDAC verdicts, then replace it"),
     (r"^host\.membw", "memory bandwidth low on {c}: check every channel has its DIMMs, the "
                       "BIOS memory settings (speed, SNC, power profile) and background load"),
-    # issue 16 (fabric/PCIe health): first, so they win over the broader patterns below
+    # fabric/PCIe health: first, so they win over the broader patterns below
     (r"aer_", "PCIe AER errors on {c}: reseat it and its riser/retimer cable, check the "
               "slot's BIOS link settings; RMA the part by serial if errors continue"),
     (r"^health\.delta\.ib_link_", "the link flapped on {c}: reseat or replace the cable and "
@@ -187,7 +187,7 @@ _REMEDIATION: list[tuple[str, str]] = [
                  "member of {c}"),
     (r"^kernel\.cmdline", "re-run the kernel role to set {c} and reboot"),
     (r"^kernel\.nouveau", "blacklist nouveau, rebuild the initramfs and reboot"),
-    # out of band (BMC): issue 17
+    # out of band (BMC)
     (r"^bmc\.firmware\.", "update {c} with the vendor's firmware bundle to at least the "
                            "profile's minimum"),
     (r"^bmc\.psu\.", "reseat or replace {c}; check its feed (PDU, cable) so every PSU is "

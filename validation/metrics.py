@@ -110,7 +110,7 @@ _CORE: list[Metric] = [
     # kernel
     _m("kernel.cmdline_token", "", "token present on the kernel command line", "equal"),
     _m("kernel.nouveau_loaded", "", "nouveau module loaded", "equal"),
-    # out of band (BMC, Redfish; measured by the controller, rackready/oob.py) -- issue 17
+    # out of band (BMC, Redfish; measured by the controller, rackready/oob.py)
     _m("bmc.firmware.version", "", "firmware version by component (bios, bmc, cpld, hgx, gpu, "
        "nic, drive, psu; labelled); judged only where the profile sets a minimum", "higher",
        judged=False),
@@ -128,7 +128,7 @@ _CORE: list[Metric] = [
        "(labelled with the attribute, its value and the profile's)", "equal"),
     _m("bmc.power_on_hours", "h", "hours the system has been powered on", "lower",
        judged=False),
-    # issue 16 (w16n): NVSwitch SXids, NVMe SMART health, host DIMMs/EDAC/MCE, host bandwidth
+    # NVSwitch SXids, NVMe SMART health, host DIMMs/EDAC/MCE, host bandwidth
     _m("nvswitch.sxid_fatal", "", "fatal (or unclassified) NVSwitch SXid events since boot",
        "lower"),
     _m("nvswitch.sxid_nonfatal", "", "non-fatal NVSwitch SXid events since boot", "lower"),
@@ -156,7 +156,7 @@ _CORE: list[Metric] = [
        "lower", judged=False),
     _m("host.membw_triad", "GB/s", "host memory bandwidth of one NUMA node, STREAM triad "
        "convention (3 x 8 B per element, 1e9 B/s)", "higher"),
-    # issue 16 (fabric/PCIe health, GPU idle peers)
+    # fabric/PCIe health, GPU idle peers
     _m("pcie.aer_correctable", "", "PCIe AER correctable errors since boot (sysfs)", "lower"),
     _m("pcie.aer_nonfatal", "", "PCIe AER uncorrectable non-fatal errors since boot", "lower"),
     _m("pcie.aer_fatal", "", "PCIe AER uncorrectable fatal errors since boot", "lower"),
@@ -186,14 +186,14 @@ HEALTH_COUNTERS: dict[str, str] = {
     "nvlink_recovery": "NVLink recovery errors",
     "nvlink_crc": "NVLink CRC errors",
     "ib_errors": "IB port error counters (symbol, link downed, rcv errors ...)",
-    # issue 16 (fabric/PCIe health)
+    # fabric/PCIe health
     "aer_correctable": "PCIe AER correctable errors (TOTAL_ERR_COR)",
     "aer_nonfatal": "PCIe AER uncorrectable non-fatal errors (TOTAL_ERR_NONFATAL)",
     "aer_fatal": "PCIe AER uncorrectable fatal errors (TOTAL_ERR_FATAL)",
     "ib_link_downed": "IB/RoCE port link_downed (the link went down: a flap)",
     "ib_link_recovery": "IB/RoCE port link_error_recovery (the link retrained)",
 }
-# issue 16 (w16n)
+# host health: NVSwitch SXids, NVMe SMART, DIMMs, EDAC and machine checks
 HEALTH_COUNTERS.update({
     "sxid": "NVSwitch SXid events (fatal and non-fatal)",
     "edac_uncorrected": "uncorrected host memory errors (EDAC)",

@@ -31,7 +31,7 @@ OPS = (">=", "<=", "==", "!=", "in", "~", "ver>=")  # "~": string matches a regu
 HEALTH_PREFIXES = (
     "health.", "gpu.ecc_", "gpu.remapped_", "gpu.retired_", "gpu.xid_", "nvlink.replay",
     "nvlink.recovery", "nvlink.crc", "raid.degraded",
-    # issue 16 (w16n)
+    # host health
     "nvswitch.sxid", "nvme.critical_warning", "nvme.media_errors", "nvme.percentage_used",
     "host.edac_", "host.mce_",
 )
@@ -641,7 +641,7 @@ def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = 
         ]
     requires = profile.requires - set(without)
     if gpus is not None and gpus < int(profile.inventory.get("gpu", {}).get("count", 0)):
-        requires -= {"bare-metal"}  # issue 16 (w16n): a GPU slice is a VM, not the chassis
+        requires -= {"bare-metal"}  # a GPU slice is a VM, not the chassis
     if gpus == 1:
         # one GPU has no peer: no collectives and no NVLink to judge (a passed-through GPU
         # lists no links); a full machine keeps both required, so a GPU with none up fails

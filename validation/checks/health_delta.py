@@ -49,12 +49,12 @@ def read_counters(ctx: Context) -> dict[Key, float]:
                     put(f"nvlink_{kind}", lab, counters.get(kind))
     for port, port_errors in ib_error_counters(ctx).items():
         put("ib_errors", {"port": port}, port_errors)
-    # issue 16 (w16n): SXids, uncorrected EDAC errors, uncorrected machine checks
+    # SXids, uncorrected EDAC errors, uncorrected machine checks
     from validation.checks.host import health_counters
 
     for counter, lab, value in health_counters(ctx):
         put(counter, lab, value)
-    # issue 16: PCIe AER totals per GPU/NIC and link flaps per port (fabric_health)
+    # PCIe AER totals per GPU/NIC and link flaps per port (fabric_health)
     from validation.checks.fabric_health import delta_counters
     for counter, lab, value in delta_counters(ctx):
         put(counter, lab, value)

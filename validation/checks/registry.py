@@ -26,7 +26,7 @@ NEEDS = (
     "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
     "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
     "bmc",  # out of band: the controller reads the BMC (rackready/oob.py), no node check
-    # issue 16 (w16n): the whole physical host (its SMBIOS DIMM table, every memory
+    # the whole physical host (its SMBIOS DIMM table, every memory
     # channel), not a VM slice of it: DIMM inventory and memory bandwidth
     "bare-metal",
 )
@@ -94,11 +94,11 @@ _CHECK_MODULES = (
     "validation.checks.kernel",
     "validation.checks.dcgm",
     "validation.checks.rdma_perf",
-    # issue 16 (w16n): NVSwitch SXids, NVMe SMART, host DIMMs/EDAC/MCE/bandwidth
+    # NVSwitch SXids, NVMe SMART, host DIMMs/EDAC/MCE/bandwidth
     "validation.checks.nvswitch",
     "validation.checks.nvme_health",
     "validation.checks.host",
-    # issue 16 (fabric/PCIe health): AER, link flaps, transceivers; GPU idle peers
+    # fabric/PCIe health: AER, link flaps, transceivers; GPU idle peers
     "validation.checks.fabric_health",
     "validation.checks.gpu_idle",
     "validation.checks.health_delta",  # last: reads the end-of-run counters

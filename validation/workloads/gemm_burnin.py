@@ -373,7 +373,7 @@ def _report(
                       gpu=g, dtype=dtype)
         sink.emit("gemm.power_limit_w", sampler.power_limit_w, "W", gpu=g)
         sink.emit("gemm.clock_event_reasons", summ["reasons"] or 0, "", gpu=g, dtype=dtype)
-        # issue 16: clocks held under load (steady intervals), judged against the profile
+        # clocks held under load (steady intervals), judged against the profile
         clock, reasons = load_clocks(records)
         if clock is not None:
             sink.emit("gemm.load_sm_clock_mhz", clock, "MHz", gpu=g, dtype=dtype)

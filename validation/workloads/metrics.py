@@ -98,7 +98,7 @@ WORKLOAD_METRICS: list[Metric] = [
         "elements that differed across GPUs or repeats of a seeded product",
         "lower",
     ),
-    # issue 16: clocks held under load (validation/workloads/load_clocks.py)
+    # clocks held under load (validation/workloads/load_clocks.py)
     _m("gemm.load_sm_clock_mhz", "MHz", "median SM clock over the steady burn-in intervals",
        "higher"),
     _m("gemm.load_clock_event", "", "a HW slowdown/thermal/power-brake reason seen under load "
@@ -227,7 +227,7 @@ WORKLOAD_METRICS: list[Metric] = [
     _m("fsdp.ckpt_bytes", "B", "size of the distributed checkpoint", "equal", judged=False),
     _m("fsdp.ckpt_write_gbps", "GB/s", "torch.distributed.checkpoint save throughput", "higher"),
     _m("fsdp.ckpt_read_gbps", "GB/s", "torch.distributed.checkpoint load throughput", "higher"),
-    # --- rack-level step (rackready.rack_checks, validation.workloads.rack_nccl) ---
+    # rack-level step (rackready.rack_checks, validation.workloads.rack_nccl)
     # Measured across nodes on one fabric and judged on the controller, never by a node.
     _m("rack.pair_busbw", "GB/s",
        "one rail between two nodes: sendrecv bandwidth each way at once (labels node_a, "
@@ -240,5 +240,4 @@ WORKLOAD_METRICS: list[Metric] = [
        "higher"),
     _m("rack.allreduce_correct", "", "the cross-node all_reduce summed exactly on every rank",
        "equal"),
-    # --- end rack-level step ---
 ]
