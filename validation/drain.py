@@ -3,8 +3,8 @@
 Unhealthy: `scontrol update nodename=<node> state=drain reason="rackready: ..."`. Healthy
 and drained with a reason of ours (it starts "rackready:"): `state=resume`. A node drained
 by anyone else is left as it is, healthy or not: their reason stands. The node's name is
-SLURMD_NODENAME (what slurmd sets for its programs), else `hostname -s`; scontrol is found
-on PATH.
+SLURMD_NODENAME (slurmd sets it for a prolog; a wrapper may export it), else
+`hostname -s`; scontrol is found on PATH.
 """
 
 from __future__ import annotations

@@ -60,13 +60,15 @@ def process_age_s() -> float:
         return 0.0
 
 
-def budget(gpus: int, raw: dict[str, Any] | None = None) -> tuple[float, float, dict[str, float]]:
-    """(whole budget, what is kept back for start, judging, metrics and drain, each check's
-    share) for a node of this many GPUs."""
+def budget(gpus: int, raw: dict[str, Any] | None = None
+           ) -> tuple[float, float, float, dict[str, float]]:
+    """(whole budget, what is kept back for the start and for what follows the checks, what
+    of that follows them (judging, the textfile, scontrol), each check's share) for a node
+    of this many GPUs."""
     spec = (raw or budgets.load())["health"]
     shares = {name: budgets._by_gpus(v, gpus) for name, v in spec["checks"].items()}
     return (budgets._by_gpus(spec["budget_s"], gpus), budgets._by_gpus(spec["reserve_s"], gpus),
-            shares)
+            budgets._by_gpus(spec["after_s"], gpus), shares)
 
 
 @dataclass
@@ -98,15 +100,17 @@ def run_health(profile: Profile, sysroot: Path = Path("/"), site: dict[str, Any]
     t0 = time.monotonic() - process_age_s() if t0 is None else t0
     started = time.time() - (time.monotonic() - t0)
     gpus = int(profile.gpu("count", 8) or 8)
-    budget_s, reserve_s, shares = budget(gpus, raw_budgets)
+    budget_s, _, after_s, shares = budget(gpus, raw_budgets)
     required = profile.required_needs(site)
     checks = [c for c in health_checks() if set(c.needs) <= required]
     results: list[CheckResult] = []
     with tempfile.TemporaryDirectory(prefix="rackready-health-") as tmp:
         ctx = Context(profile=profile, level="quick", sysroot=sysroot, out=Path(tmp),
                       site=dict(site or {}), stream=[])
-        deadline = t0
-        limit = t0 + budget_s - reserve_s
+        # the schedule starts with the first check (a slow start is not the first check's
+        # fault); the budget's end holds for all of them, less what follows the checks
+        deadline = time.monotonic()
+        limit = t0 + budget_s - after_s
         for spec in checks:
             share = shares.get(spec.name)
             if share is None:  # test_health holds every health check to a share
@@ -150,9 +154,12 @@ def failure_words(v: Verdict) -> str:
 
 def document(h: Health, profile: Profile, node: str) -> dict[str, Any]:
     """The health check as a result.json-shaped dict (what validation.textfile reads)."""
+    import platform
+
     from validation.runner import _inventory
 
     return {"profile": profile.name, "level": SOURCE, "node": node,
+            "tool_versions": {"python": platform.python_version()},
             "simulated": profile.simulated, "scope": profile.scope,
             "inventory": _inventory(h.results),
             "checks": [r.to_dict() for r in h.results],

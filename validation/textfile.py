@@ -166,6 +166,7 @@ def exposition(source: str, doc: dict[str, Any], duration_s: float, finished_uni
             "cuda": inv.get("gpu_cuda_version") or "",
             "python": (doc.get("tool_versions") or {}).get("python") or "",
             "bundle_sha256": doc.get("bundle_sha256") or ""}
+    info = {k: v for k, v in info.items() if v != ""}  # an empty label is no label
     expo.add("rackready_info", "what ran: profile, level, node, outcome, versions; judged by "
              "the node itself (advisory: the controller's judgement of a full run is the "
              "acceptance; the health check is a local gate)", info, 1)

@@ -103,8 +103,8 @@ def test_the_health_set_is_the_hardware_reads_and_each_has_a_share() -> None:
     assert set(health.NOT_HEALTH).isdisjoint(names)
     assert {"nccl.version", "health.delta", "host.membw", "gemm_burnin"}.isdisjoint(names)
     for gpus in (1, 2, 8):
-        budget_s, reserve_s, shares = health.budget(gpus)
-        assert budget_s == BUDGET_S
+        budget_s, reserve_s, after_s, shares = health.budget(gpus)
+        assert budget_s == BUDGET_S and 0 < after_s < reserve_s
         assert set(shares) == set(names), set(shares) ^ set(names)
         assert sum(shares.values()) <= budget_s - reserve_s
 
