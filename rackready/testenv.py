@@ -40,8 +40,9 @@ def ensure_controller_packages() -> list[str]:
 
 # What only the test suite needs (the tools a test runs for real, so that no test skips
 # on a fresh machine): the RAID guard's images (pvcreate, mkfs.xfs) and the PDF page
-# checks (pdfinfo, pdftotext).
-TEST_TOOLS = {"pvcreate": "lvm2", "mkfs.xfs": "xfsprogs", "pdfinfo": "poppler-utils"}
+# checks (pdfinfo, pdftotext), the textfile metrics' check (promtool, in Debian's prometheus).
+TEST_TOOLS = {"pvcreate": "lvm2", "mkfs.xfs": "xfsprogs", "pdfinfo": "poppler-utils",
+              "promtool": "prometheus"}
 
 
 def ensure_test_packages() -> list[str]:

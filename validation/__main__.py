@@ -2,11 +2,14 @@
 
     python -m validation run --profile P --level quick|standard|burnin --out DIR
         [--sysroot ROOT] [--site FILE.yml] [--only CHECK,...]
-        [--gpus N] [--without NEED,...] [--resume]
+        [--gpus N] [--without NEED,...] [--resume] [--textfile-dir DIR]
+    python -m validation health --profile P [--gpus N] [--without NEED,...]
+        [--sysroot ROOT] [--site FILE.yml] [--textfile-dir DIR] [--drain]
     python -m validation checks
     python -m validation profiles
 
-Exit codes: 0 PASS, 1 FAIL or INCOMPLETE, 2 a usage mistake (one line on stderr).
+Exit codes: 0 PASS (health: healthy), 1 FAIL or INCOMPLETE (unhealthy), 2 a usage mistake
+(one line on stderr).
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -44,10 +48,9 @@ def _csv(text: str | None) -> list[str]:
     return [x.strip() for x in (text or "").split(",") if x.strip()]
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _profile(args: argparse.Namespace) -> tuple[Any, Path]:
+    """The profile scoped and with the site's settings, and the sysroot (run and health)."""
     from validation.profile import ProfileError, load_profile, scope, with_site
-    from validation.resume import FINAL, check_resumable, read_previous
-    from validation.runner import run_suite
 
     try:
         profile = load_profile(args.profile)
@@ -59,6 +62,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     sysroot = Path(args.sysroot)
     if not sysroot.is_dir():
         raise UsageError(f"--sysroot {sysroot}: not a directory")
+    return profile, sysroot
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from validation.resume import FINAL, check_resumable, read_previous
+    from validation.runner import run_suite
+
+    profile, sysroot = _profile(args)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a directory")
@@ -80,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                            bundle_sha256=os.environ.get("RACKREADY_BUNDLE_SHA256"),
                            resume=previous,
                            # the controller's token for this run, echoed back (replay check)
-                           nonce=os.environ.get("RACKREADY_RUN_NONCE") or None)
+                           nonce=os.environ.get("RACKREADY_RUN_NONCE") or None,
+                           textfile_dir=args.textfile_dir)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     fails = [v for v in result["verdicts"] if v["outcome"] == "fail"]
@@ -91,6 +103,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{result['outcome']}: {len(result['checks'])} checks, {len(fails)} failed verdicts, "
           f"{na} not applicable; {out / 'result.json'}", file=sys.stderr)
     return 0 if result["outcome"] == "PASS" else 1
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from validation import health
+
+    t0 = time.monotonic() - health.process_age_s()
+    profile, sysroot = _profile(args)
+    return health.main(profile, sysroot, _site(args.site), args.textfile_dir, args.drain, t0)
+
+
+def _one_line_error(message: str) -> NoReturn:
+    print(f"error: {message} (python -m validation health --help)", file=sys.stderr)
+    sys.exit(2)
 
 
 def cmd_checks(_: argparse.Namespace) -> int:
@@ -135,7 +160,25 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="continue the interrupted run in --out (same profile and level): "
                           "finished checks are kept, the burn-in continues where it stopped")
+    run.add_argument("--textfile-dir", help="write node_exporter textfile metrics there "
+                                            "(else the site's metrics: {textfile_dir}, else "
+                                            "$RACKREADY_TEXTFILE_DIR)")
     run.set_defaults(fn=cmd_run)
+    health = sub.add_parser("health", help="the hardware-only checks within 10 s: one line, "
+                                           "exit 0 healthy / 1 unhealthy (a local gate, not "
+                                           "an acceptance)")
+    health.error = _one_line_error  # type: ignore[method-assign]  # one line, no usage
+    health.add_argument("--profile", required=True, help="profile name or path to a .yml")
+    health.add_argument("--gpus", type=int, help="scope the profile to the first N GPUs")
+    health.add_argument("--without", help="needs the profile should not require here")
+    health.add_argument("--sysroot", default="/", help="prefix for /proc and /sys reads")
+    health.add_argument("--site", help="YAML of per-node settings, as for run")
+    health.add_argument("--textfile-dir", help="write rackready-health.prom there "
+                                               "(node_exporter textfile collector)")
+    health.add_argument("--drain", action="store_true",
+                        help="drain this node in Slurm when unhealthy (scontrol), resume it "
+                             "when healthy and drained by rackready")
+    health.set_defaults(fn=cmd_health)
     sub.add_parser("checks", help="list every check and what it needs").set_defaults(
         fn=cmd_checks)
     sub.add_parser("profiles", help="list the hardware profiles").set_defaults(fn=cmd_profiles)

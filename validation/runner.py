@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from validation import budgets, procs
+from validation import budgets, procs, textfile
 from validation import judge as judge_mod
 from validation.checks.health_delta import read_counters
 from validation.checks.registry import CheckSkipped, CheckSpec, Context, all_checks
@@ -157,7 +157,8 @@ def _sha256(path: Path) -> str:
 def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/"),
               site: dict[str, Any] | None = None, only: list[str] | None = None,
               stdout: TextIO = sys.stdout, bundle_sha256: str | None = None,
-              resume: PreviousRun | None = None, nonce: str | None = None) -> dict[str, Any]:
+              resume: PreviousRun | None = None, nonce: str | None = None,
+              textfile_dir: str | Path | None = None) -> dict[str, Any]:
     """Run the suite and return the result dict (also written to out/result.json).
 
     With `resume` (resume.read_previous of out, checked by resume.check_resumable) the
@@ -261,6 +262,8 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
             tmp = out / "result.json.tmp"
             tmp.write_text(json.dumps(doc, indent=2, default=str))
             tmp.replace(out / "result.json")
+            # node_exporter textfile metrics where asked (--textfile-dir, site, environment)
+            textfile.write_run(doc, textfile.run_dir(site, textfile_dir))
             ctx.emit({"event": "run_finished", "ts": finished_at, "outcome": outcome})
     return doc
 

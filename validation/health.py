@@ -1,0 +1,208 @@
+"""`python -m validation health`: the quick gate a scheduler runs on a node before (and
+between) jobs.
+
+Only the hardware reads of the node's profile run (no GPU workload, nothing that needs
+PyTorch), within a wall-time budget (`health:` in validation/budgets.yml, 10 s on an 8-GPU
+node, counted from the process's start): each check must be done by the sum of its share
+and the shares before it (time an earlier check left unused carries over); one that runs
+past that is stopped, its processes killed, and the node is unhealthy (`timed out`), never
+a silent pass. The results are judged by validation.judge against the profile on the node
+itself: a local health gate, not an acceptance (the controller's judgement of a full run is
+that). One line and an exit code: 0 healthy, 1 unhealthy, 2 a usage mistake.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from validation import budgets, procs
+from validation import judge as judge_mod
+from validation.checks.registry import CheckSpec, Context, all_checks
+from validation.model import CheckResult, Verdict
+from validation.profile import Profile
+
+SOURCE = "health"
+# a check that needs one of these runs a workload or a tool the health check does not have
+WORKLOAD_NEEDS = frozenset({"torch", "nccl-tests", "fio", "dcgm"})
+# quick-level checks that need none of those but are still no hardware read, or do not fit
+# a 10 s gate that also runs while a job holds the GPUs
+NOT_HEALTH = {
+    "nccl.version": "imports PyTorch to read the NCCL it loads",
+    "health.delta": "the rise of counters over a run; a 10 s gate has no run to measure",
+    "host.membw": "a memory-bandwidth workload (numpy threads on every NUMA node)",
+    "storage_ckpt": "writes and reads checkpoint files on /raid",
+    "gpu.idle_peers": "idle power and temperature: under a running job it reads the job",
+    "network.transceiver": "one mlxlink module and BER read per compute port; not measured "
+                           "on real ConnectX ports, so kept out of the 10 s budget",
+}
+
+
+def health_checks() -> list[CheckSpec]:
+    """The checks the health gate runs, in the registry's order."""
+    return [c for c in all_checks().values()
+            if "quick" in c.levels and not set(c.needs) & WORKLOAD_NEEDS
+            and c.name not in NOT_HEALTH]
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (the interpreter's start counts in the budget)."""
+    try:
+        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(stat[19]) / os.sysconf("SC_CLK_TCK")
+        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def budget(gpus: int, raw: dict[str, Any] | None = None
+           ) -> tuple[float, float, float, dict[str, float]]:
+    """(whole budget, what is kept back for the start and for what follows the checks, what
+    of that follows them (judging, the textfile, scontrol), each check's share) for a node
+    of this many GPUs."""
+    spec = (raw or budgets.load())["health"]
+    shares = {name: budgets._by_gpus(v, gpus) for name, v in spec["checks"].items()}
+    return (budgets._by_gpus(spec["budget_s"], gpus), budgets._by_gpus(spec["reserve_s"], gpus),
+            budgets._by_gpus(spec["after_s"], gpus), shares)
+
+
+@dataclass
+class Health:
+    results: list[CheckResult]
+    verdicts: list[Verdict]
+    healthy: bool
+    elapsed_s: float
+    budget_s: float
+    started: float  # unix time of the process's start
+    notes: list[str] = field(default_factory=list)
+
+    def first_failure(self) -> Verdict | None:
+        return next((v for v in self.verdicts if v.outcome == "fail"), None)
+
+
+def _timed_out(spec: CheckSpec, share: float, used: float, budget_s: float) -> CheckResult:
+    return CheckResult(spec.name, "timeout", used, (),
+                       f"timed out: stopped after {used:.1f} s, past its share of the "
+                       f"{budget_s:g} s health budget ({share:g} s plus what earlier checks "
+                       "left); its processes were killed", spec.needs)
+
+
+def run_health(profile: Profile, sysroot: Path = Path("/"), site: dict[str, Any] | None = None,
+               t0: float | None = None, raw_budgets: dict[str, Any] | None = None) -> Health:
+    """Run the health checks the profile requires; t0 is the process's start (monotonic)."""
+    from validation import runner  # its run_check: the same thread, statuses and events
+
+    t0 = time.monotonic() - process_age_s() if t0 is None else t0
+    started = time.time() - (time.monotonic() - t0)
+    gpus = int(profile.gpu("count", 8) or 8)
+    budget_s, _, after_s, shares = budget(gpus, raw_budgets)
+    required = profile.required_needs(site)
+    checks = [c for c in health_checks() if set(c.needs) <= required]
+    results: list[CheckResult] = []
+    with tempfile.TemporaryDirectory(prefix="rackready-health-") as tmp:
+        ctx = Context(profile=profile, level="quick", sysroot=sysroot, out=Path(tmp),
+                      site=dict(site or {}), stream=[])
+        # the schedule starts with the first check (a slow start is not the first check's
+        # fault); the budget's end holds for all of them, less what follows the checks
+        deadline = time.monotonic()
+        limit = t0 + budget_s - after_s
+        for spec in checks:
+            share = shares.get(spec.name)
+            if share is None:  # test_health holds every health check to a share
+                share = 0.0
+            deadline = min(deadline + share, limit)
+            start = time.monotonic()
+            if deadline - start <= 0:
+                results.append(_timed_out(spec, share, 0.0, budget_s))
+                continue
+            box: list[CheckResult] = []
+            # box and spec bound now: a check left behind must not write into a later one's
+            worker = threading.Thread(target=lambda s=spec, b=box: b.append(
+                runner.run_check(s, ctx, required)), name=f"health-{spec.name}", daemon=True)
+            worker.start()
+            worker.join(deadline - start)
+            if box:
+                results.append(box[0])
+                continue
+            # past its share: kill what it started (a hung nvidia-smi) without waiting long
+            # for a process stuck in the kernel; the thread is left behind (daemon)
+            procs.kill_descendants(wait_s=0.2)
+            results.append(_timed_out(spec, share, time.monotonic() - start, budget_s))
+        verdicts = judge_mod.judge(results, profile)
+    healthy = judge_mod.node_outcome(verdicts) == "PASS"
+    return Health(results, verdicts, healthy, time.monotonic() - t0, budget_s, started)
+
+
+def one_line(h: Health, profile: Profile) -> str:
+    v = h.first_failure()
+    if v is None:
+        return (f"healthy: {len(h.results)} checks in {h.elapsed_s:.1f} s "
+                f"({profile.name}; a local health gate, not an acceptance)")
+    return f"UNHEALTHY: {failure_words(v)}"
+
+
+def failure_words(v: Verdict) -> str:
+    """`<check> <component>: <message>`, on one line."""
+    msg = " ".join(v.message.split())
+    return f"{v.check} {judge_mod.component(v.labels)}: {msg}"
+
+
+def document(h: Health, profile: Profile, node: str) -> dict[str, Any]:
+    """The health check as a result.json-shaped dict (what validation.textfile reads)."""
+    import platform
+
+    from validation.runner import _inventory
+
+    return {"profile": profile.name, "level": SOURCE, "node": node,
+            "tool_versions": {"python": platform.python_version()},
+            "simulated": profile.simulated, "scope": profile.scope,
+            "inventory": _inventory(h.results),
+            "checks": [r.to_dict() for r in h.results],
+            "verdicts": [v.to_dict() for v in h.verdicts]}
+
+
+def main(profile: Profile, sysroot: Path, site: dict[str, Any], textfile_dir: str | None,
+         drain: bool, t0: float) -> int:
+    """Run the gate, drain or resume where asked, write the textfile; print one line."""
+    from validation import drain as drain_mod
+    from validation import textfile
+
+    h = run_health(profile, sysroot, site, t0=t0)
+    line = one_line(h, profile)
+    healthy = h.healthy
+    node = str(site.get("node") or drain_mod.node_name())
+    if drain:
+        first = h.first_failure()
+        why = drain_mod.reason(reason_words(first) if first else "")
+        remaining = max(1.0, h.budget_s - (time.monotonic() - t0))
+        done, words = drain_mod.apply(healthy, why, drain_mod.Scontrol(timeout_s=remaining))
+        if not done and healthy:  # the gate could not do what it was asked
+            healthy = False
+            line = f"UNHEALTHY: health.drain node: {words}"
+        elif words:
+            line += f"; {words}" if done else f"; not drained: {words}"
+    if textfile_dir:
+        elapsed = time.monotonic() - t0
+        text = textfile.exposition(SOURCE, document(h, profile, node), elapsed,
+                                   h.started + elapsed, healthy,
+                                   "healthy" if healthy else "unhealthy")
+        try:
+            textfile.write(Path(textfile_dir), SOURCE, text)
+        except OSError as exc:
+            line += f"; metrics not written to {textfile_dir}: {exc.strerror or exc}"
+    print(line, flush=True)
+    return 0 if healthy else 1
+
+
+def reason_words(v: Verdict) -> str:
+    """What a drain reason says: `<check> <component>: <metric> = <value>`, or how the
+    check ended."""
+    part = judge_mod.component(v.labels)
+    if v.metric == "check.status":
+        return f"{v.check} {part}: {v.value} ({v.message})"
+    return f"{v.check} {part}: {v.metric} = {v.value}"
