@@ -339,7 +339,8 @@ def _pytest_tier(c, tier: str, k: str | None) -> int:
 
     args = [sys.executable, "-m", "pytest", "-m", str(TEST_TIERS[tier])]
     if tier == "unit" and (workers := _xdist_workers()):
-        args += ["-n", str(workers)]
+        # worksteal: an idle worker takes queued tests from a busy one (a few take a minute)
+        args += ["-n", str(workers), "--dist", "worksteal"]
     if k:
         args += ["-k", k]
     return c.run(shlex.join(args), pty=False, warn=True, env={"PYTHONUNBUFFERED": "1"}).exited
