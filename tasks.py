@@ -312,25 +312,82 @@ def demo(c, nodes=2):
         raise Exit(code=code)
 
 
+# The suite's tiers, in the order `invoke test` runs them (.ci/run times each one):
+# pytest marker expressions, and lint (the `lint` task's linters over the tree).
+TEST_TIERS = {
+    "unit": "not lab and not browser",  # no root, no lab, no Chromium: in parallel
+    "lab": "lab",  # real Ansible over real SSH into booted lab nodes: one process, in order
+    "browser": "browser",  # the reports in headless Chromium
+    "lint": None,
+}
+
+
+def _xdist_workers() -> int:
+    """Processes for the unit tier: one per core, at most 4 (each builds the session's
+    shared fixtures once); 0 without pytest-xdist (then it runs in one process)."""
+    import importlib.util
+
+    if importlib.util.find_spec("xdist") is None:
+        print("test: pytest-xdist is not installed (pip install -e '.[test]'): "
+              "the unit tier runs in one process")
+        return 0
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _pytest_tier(c, tier: str, k: str | None) -> int:
+    import shlex
+
+    args = [sys.executable, "-m", "pytest", "-m", str(TEST_TIERS[tier])]
+    if tier == "unit" and (workers := _xdist_workers()):
+        # worksteal: an idle worker takes queued tests from a busy one (a few take a minute)
+        args += ["-n", str(workers), "--dist", "worksteal"]
+    if k:
+        args += ["-k", k]
+    return c.run(shlex.join(args), pty=False, warn=True, env={"PYTHONUNBUFFERED": "1"}).exited
+
+
 @task(
     help={
         "k": "only tests matching this expression (pytest -k)",
-        "unit": "unit tests only (no lab, no browser)",
+        "unit": "the unit tier: no lab, no browser, no lint; no root needed",
+        "lab": "the lab tier: boots lab nodes, provisions and validates them (root)",
+        "browser": "the browser tier: the reports in headless Chromium",
+        "packages": "install the Debian packages the tests use even for --unit alone "
+                    "(every other tier installs them)",
     }
 )
 @user_errors
-def test(c, k=None, unit=False):
-    """Run the whole test suite (unit, lab, browser); installs what the tests need."""
-    if not unit:
+def test(c, k=None, unit=False, lab=False, browser=False, packages=False):
+    """Run the whole test suite (unit, lab, browser, lint); installs what the tests need.
+
+    With --unit, --lab or --browser only those tiers run (lint alone is `invoke lint`;
+    -k selects tests, so it leaves lint out). Each tier runs even when one before it
+    failed; the exit code is the first failed tier's."""
+    picked = [t for t, on in (("unit", unit), ("lab", lab), ("browser", browser)) if on]
+    tiers = picked or [t for t in TEST_TIERS if not (k and t == "lint")]
+    if packages or tiers != ["unit"]:
         from rackready.testenv import ensure_test_packages
 
         ensure_test_packages()
-    args = [sys.executable, "-m", "pytest"]
-    if unit:
-        args += ["-m", "not lab and not browser"]
-    if k:
-        args += ["-k", k]
-    rc = c.run(" ".join(args), pty=False, warn=True, env={"PYTHONUNBUFFERED": "1"}).exited
+    codes = {}
+    for tier in tiers:
+        if tier == "lint":
+            try:
+                lint(c)
+                codes[tier] = 0
+            except Exit as exc:
+                print(f"test: {exc.message}" if exc.message else "test: lint failed")
+                codes[tier] = exc.code or 1
+        else:
+            codes[tier] = _pytest_tier(c, tier, k)
+    if len(tiers) > 1:
+        print("test: " + ", ".join(f"{t} {'passed' if rc == 0 else f'exit {rc}'}"
+                                   for t, rc in codes.items()))
+    # -k over several tiers: a tier it selects nothing in (pytest's 5) is no failure,
+    # unless it selects nothing anywhere
+    if k and len(tiers) > 1 and any(rc == 0 for rc in codes.values()):
+        codes = {t: rc for t, rc in codes.items() if rc != 5}
+    rc = next((rc for rc in codes.values() if rc), 0)
     if rc:
         raise Exit(code=rc)
 

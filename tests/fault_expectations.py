@@ -86,3 +86,25 @@ def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
     return ("storage.raid",), ["md array md0"]
 
 
+
+
+# Fault families: the simulated kinds grouped by the part they hit. Every kind runs
+# through hwsim in the unit tier (test_validation_hwsim.py); over SSH on the lab
+# (test_faults_lab.py) each family runs once, through its first kind: the part of the
+# path the lab adds (the shipped suite, the node's own systemd and tools, fetch and
+# judging on the controller) is the same for every kind of a family. The first kinds
+# are the ones whose lab path differs most: a GPU that vanishes (nvidia-smi fails), a
+# real systemd unit stopped, counters that rise during the run (AER, link flaps, EDAC),
+# a drive's SMART log read over SSH.
+FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "gpu": ("xid-79", "gpu-missing", "ecc-uncorrectable", "row-remap-pending",
+            "thermal-throttle"),
+    "nvlink-nvswitch": ("nvlink-down", "sxid"),
+    "fabric-manager": ("fabric-manager-down",),
+    "pcie": ("aer-storm", "pcie-downtrained"),
+    "nic-rail": ("link-flap", "ib-port-down", "slow-rail", "transceiver-hot"),
+    "storage": ("nvme-media-errors", "nvme-missing", "nvme-wear-out"),
+    "host-memory": ("edac-uncorrectable", "dimm-missing"),
+}
+# the kind each family runs over SSH
+LAB_FAULT_KINDS: tuple[str, ...] = tuple(kinds[0] for kinds in FAULT_FAMILIES.values())

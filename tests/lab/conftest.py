@@ -38,6 +38,9 @@ class Lab:
 def lab_nodes() -> Lab:
     if os.geteuid() != 0:
         pytest.fail("lab tests need root (systemd-nspawn, network namespaces)")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail("lab tests run in one process, in their order (no pytest-xdist -n): "
+                    "invoke test --lab")
     from rackready.lab.inventory import LAB_INVENTORY
 
     lab.down(progress=lambda msg: None)  # always fresh nodes: check mode must see a new OS
@@ -63,22 +66,26 @@ def provisioned_lab(lab_nodes) -> Lab:
     return lab_nodes
 
 
-# The lab suite runs in this order: the lab itself, provisioning from fresh nodes
-# (its check-mode test needs a new OS), then everything that uses provisioned
-# nodes, then the test that grows the lab to three nodes, and last the tests that power
-# a node off and tear the lab down.
-_ORDER = ("test_lab.py", "test_provision_roles.py")
-# The three-node rack grows the lab, so it comes after every two-node test.
-_LAST = ("test_three_node_rack.py", "test_zy_node_drop.py", "test_zz_lab_down.py")
+# The lab suite's order, by phase: the lab itself on fresh nodes, provisioning from fresh
+# nodes (its check-mode test needs a new OS), then everything that uses the provisioned
+# two-node lab, then the test that grows the lab to three nodes, and last the tests that
+# power a node off and tear the lab down. A lab test file names its phase with
+# `pytest.mark.lab_phase(...)` beside its lab mark; one without runs in "provisioned".
+PHASES = ("fresh", "provision", "provisioned", "three-nodes", "node-drop", "teardown")
+DEFAULT_PHASE = "provisioned"
+
+
+def lab_phase(item) -> int:
+    """Where the item runs in the lab's order; -1 (first) for a test that is not a lab test."""
+    if item.get_closest_marker("lab") is None:
+        return -1
+    mark = item.get_closest_marker("lab_phase")
+    phase = mark.args[0] if mark else DEFAULT_PHASE
+    if phase not in PHASES:
+        raise pytest.UsageError(f"{item.nodeid}: unknown lab_phase {phase!r} "
+                                f"(phases: {', '.join(PHASES)})")
+    return PHASES.index(phase)
 
 
 def pytest_collection_modifyitems(session, config, items):
-    def rank(item) -> int:
-        name = item.path.name
-        if name in _ORDER:
-            return _ORDER.index(name)
-        if name in _LAST:
-            return 100 + _LAST.index(name)
-        return 50 if item.path.parent.name == "lab" else -1
-
-    items.sort(key=rank)  # stable: keeps the order within each file
+    items.sort(key=lab_phase)  # stable: keeps the order within each phase and file

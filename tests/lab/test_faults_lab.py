@@ -1,5 +1,7 @@
-"""Every lab.fault kind, validated over SSH on a provisioned lab node: the node fails,
-and the failing check names the faulted part (GPU serial, NVLink, NIC port, ...).
+"""One lab.fault kind of each fault family (tests/fault_expectations.py FAULT_FAMILIES),
+validated over SSH on a provisioned lab node: the node fails, and the failing check names
+the faulted part (GPU serial, NVLink, NIC port, ...). Every kind runs through hwsim in
+tests/unit/test_validation_hwsim.py with the same expectation.
 
 Only the hardware checks run here (`--only`): a fault lives in the hardware state,
 which the CPU workloads never read; the healthy node's full run is in
@@ -11,10 +13,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from fault_expectations import HARDWARE_CHECKS, expected_failure
+from fault_expectations import HARDWARE_CHECKS, LAB_FAULT_KINDS, expected_failure
 
 from rackready.lab import lab
-from rackready.lab.hwsim.faults import FAULT_KINDS
 from rackready.lab.hwsim.sysroot import read_node_state
 from rackready.validate import run_validation
 
@@ -41,7 +42,7 @@ def test_healthy_node_passes_the_hardware_checks(provisioned_lab, tmp_path):
     assert result["outcome"] == "PARTIAL" and failed == []
 
 
-@pytest.mark.parametrize("kind", FAULT_KINDS)
+@pytest.mark.parametrize("kind", LAB_FAULT_KINDS)
 def test_fault_fails_the_node_naming_the_part(provisioned_lab, tmp_path, kind):
     lab.fault(NODE, kind)
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from rackready.lab import config, lab, network, nodes
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("fresh")]
 
 
 def test_nodes_answer_over_ssh_with_verified_host_keys(lab_nodes):

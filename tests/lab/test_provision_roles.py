@@ -18,7 +18,7 @@ import testinfra
 
 from rackready.provision import RunResult, run_playbook
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("provision")]
 
 DRIVER = "580.159.04-1"
 NCCL = "2.28.9-1+cuda13.0"

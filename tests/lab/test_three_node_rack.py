@@ -14,7 +14,7 @@ import pytest
 from rackready.lab import lab
 from rackready.validate import run_validation
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("three-nodes")]
 
 NODES = ("lab-gpu01", "lab-gpu02", "lab-gpu03")
 

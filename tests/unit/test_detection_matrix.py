@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fault_expectations import FAULT_FAMILIES, LAB_FAULT_KINDS
 from test_docs_test_ids import CITED, missing_tests
 
 from rackready.lab.hwsim.faults import FAULT_KINDS
@@ -69,3 +70,17 @@ def test_a_kind_without_a_row_or_a_check_that_does_not_exist_is_caught(tmp_path)
     assert [k for k in FAULT_KINDS if k not in {x[1].strip("`") for x in rows(doc)}]
     todo = "| c | `sxid` | expected `fabric.nvswitch_errors` | x | TODO |\n"
     assert check_names(rows(todo)[0][2]) == []
+
+
+LAB_TEST = "lab/test_faults_lab.py::test_fault_fails_the_node_naming_the_part"
+
+
+def test_fault_families_hold_every_kind_once_and_the_lab_rows_say_which_run_over_ssh():
+    kinds = [k for family in FAULT_FAMILIES.values() for k in family]
+    # a new kind must join a family (or start one), so its family still runs on the lab
+    assert sorted(kinds) == sorted(FAULT_KINDS) and len(kinds) == len(set(kinds))
+    assert all(FAULT_FAMILIES.values())
+    assert tuple(family[0] for family in FAULT_FAMILIES.values()) == LAB_FAULT_KINDS
+    table = {r[1].strip("`"): r for r in rows(DOC.read_text())}
+    cites_lab = {k for k in FAULT_KINDS if LAB_TEST in table[k][4]}
+    assert cites_lab == set(LAB_FAULT_KINDS)

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 from fault_expectations import HARDWARE_CHECKS
-from hwsim_node import make_node, run_suite
-from test_validation_hwsim import site_for
 
 from rackready.judging import judge_run, rack_outcome
 from rackready.report.build import build_reports
@@ -26,17 +24,14 @@ PROFILE = "xe9680-h200-lab"
 
 
 @pytest.fixture(scope="module")
-def hw_run(tmp_path_factory) -> tuple[dict, dict]:
-    """One real node-side run of the hardware checks: (result.json, site)."""
-    tmp = tmp_path_factory.mktemp("node")
-    node = make_node(tmp, "xe9680-h200", "gpu01", "roce")
-    compute = [n["bdf"] for n in node.state()["nics"] if n["role"] == "compute"]
-    site = site_for(node, "roce", compute)
-    proc, result = run_suite(node, tmp / "out", PROFILE, site, "--only",
-                             ",".join(HARDWARE_CHECKS))
-    assert proc.returncode == 0 and result["outcome"] == "PASS", proc.stderr[-2000:]
-    EVIDENCE["artifacts"] = tmp / "out" / "artifacts"
-    return result, site
+def hw_run(healthy_hardware_run) -> tuple[dict, dict]:
+    """One real node-side run of the hardware checks (once a session, in conftest.py):
+    (this module's copy of its result.json, site)."""
+    run = healthy_hardware_run
+    result = run.result()
+    assert run.returncode == 0 and result["outcome"] == "PASS", run.stderr[-2000:]
+    EVIDENCE["artifacts"] = run.out / "artifacts"
+    return result, copy.deepcopy(run.site)
 
 
 # the artifacts the real run cites, fetched beside every node's result as the session does

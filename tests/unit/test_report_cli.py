@@ -83,17 +83,15 @@ def test_mistakes_exit_2_with_one_line(argv: list[str]) -> None:
 
 
 @pytest.fixture()
-def signed_run(tmp_path: Path) -> tuple[Path, Path]:
-    run = healthy_and_faulty(tmp_path / "run")
-    assert main(["build", "--run", str(run), "--formats", "json,html"]) == 0
-    key = tmp_path / "op.key"
-    proc = run_cli("keygen", "--out", str(key), module="invoke")
-    assert proc.returncode == 0, proc.stderr
-    proc = run_cli("report", "--run", str(run), "--sign", "Dana Tech", "--key", str(key),
-                   module="invoke")
-    assert proc.returncode == 0, proc.stderr
-    assert f"wrote {run / 'report' / 'SIGNATURES.json'}" in proc.stdout
-    return run, key
+def signed_run(tmp_path: Path, cli_signed_report_run) -> tuple[Path, Path]:
+    """The run built by the CLI, then signed through `invoke keygen` and `invoke report
+    --sign` (once a session, in conftest.py): this test's copy of it and of its key."""
+    folder, keygen, sign = cli_signed_report_run
+    assert keygen.returncode == 0, keygen.stderr
+    assert sign.returncode == 0, sign.stderr
+    assert f"wrote {folder / 'run' / 'report' / 'SIGNATURES.json'}" in sign.stdout
+    shutil.copytree(folder, tmp_path / "signed", symlinks=True)
+    return tmp_path / "signed" / "run", tmp_path / "signed" / "op.key"
 
 
 def test_invoke_verify_ok_then_failed(signed_run: tuple[Path, Path], tmp_path: Path) -> None:

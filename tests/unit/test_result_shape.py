@@ -133,16 +133,20 @@ def _places(o, at=()):
             yield from _places(v, (*at, i))
 
 
-def test_random_damage_never_stops_the_rack_and_never_moves_the_healthy_node(
-        tmp_path, hw_run):  # noqa: F811
+DAMAGED_RESULTS = 12
+
+
+@pytest.fixture(scope="module")
+def damaged_results(healthy_hardware_run) -> list[dict]:
+    """The healthy node's result, damaged at random (seeded) 12 times: 1-3 odd values put
+    in random places each. One module-wide list, so each case can run on its own."""
     import random
 
-    result, site = hw_run
+    result = healthy_hardware_run.result()
     places = [p for p in _places(result) if p]
     rng = random.Random(11)
-    healthy = judge_run(_run(tmp_path / "ref", {"gpu01": result, "gpu02": result},
-                             site))["gpu02"]["outcome"]
-    for i in range(12):
+    out = []
+    for _ in range(DAMAGED_RESULTS):
         bad = copy.deepcopy(result)
         for _ in range(rng.randint(1, 3)):
             *parent, last = rng.choice(places)
@@ -153,11 +157,26 @@ def test_random_damage_never_stops_the_rack_and_never_moves_the_healthy_node(
                 node[last] = copy.deepcopy(rng.choice(_ODD))
             except (KeyError, IndexError, TypeError):
                 pass  # an earlier change already replaced a parent
-        run = _run(tmp_path / f"r{i}", {"gpu01": bad, "gpu02": result}, site)
-        j = judge_run(run)  # never raises
-        assert j["gpu02"]["outcome"] == healthy
-        build_reports(run.path, {"json", "html", "junit"})  # never raises
-        assert (run.report_dir / "node-gpu01.json").is_file()
+        out.append(bad)
+    return out
+
+
+@pytest.fixture(scope="module")
+def healthy_outcome(tmp_path_factory, hw_run) -> str:  # noqa: F811
+    result, site = hw_run
+    run = _run(tmp_path_factory.mktemp("ref"), {"gpu01": result, "gpu02": result}, site)
+    return judge_run(run)["gpu02"]["outcome"]
+
+
+@pytest.mark.parametrize("i", range(DAMAGED_RESULTS))
+def test_random_damage_never_stops_the_rack_and_never_moves_the_healthy_node(
+        tmp_path, hw_run, damaged_results, healthy_outcome, i):  # noqa: F811
+    result, site = hw_run
+    run = _run(tmp_path / f"r{i}", {"gpu01": damaged_results[i], "gpu02": result}, site)
+    j = judge_run(run)  # never raises
+    assert j["gpu02"]["outcome"] == healthy_outcome
+    build_reports(run.path, {"json", "html", "junit"})  # never raises
+    assert (run.report_dir / "node-gpu01.json").is_file()
 
 
 def _fixture_result() -> dict:

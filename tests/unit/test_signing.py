@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from test_report_synthetic import healthy_and_faulty, result, write_run
+from test_report_synthetic import healthy_and_faulty
 
 from rackready.report.build import build_reports
 from rackready.report.canonical import report_sha256, seal, write_report
@@ -33,25 +33,30 @@ from rackready.report.signing import (
 WHEN = datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc)
 
 
-def built(run_dir: Path, *, fault_gpu: int = 3) -> Path:
-    """A run with gpu01 healthy and gpu02 faulty, reports built as JSON, HTML and JUnit."""
-    write_run(run_dir, [result("gpu01"), result("gpu02", fault_gpu=fault_gpu)])
-    build_reports(run_dir, {"json", "html", "junit"})
-    return run_dir / "report"
+@pytest.fixture()
+def built(built_report_runs):
+    """built(run_dir, fault_gpu=3): a run with gpu01 healthy and gpu02 faulty, reports built
+    as JSON, HTML and JUnit (built once a session, copied to run_dir): its report folder."""
+    return lambda run_dir, *, fault_gpu=3: built_report_runs(run_dir, fault_gpu=fault_gpu) \
+        / "report"
 
 
 @pytest.fixture()
-def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+def keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+         signed_report_run) -> tuple[Path, Path]:
+    """The key pair generate_key made for the session's signed run, copied (mode kept)."""
     monkeypatch.delenv(PASSPHRASE_ENV, raising=False)
-    private, public, _ = generate_key(tmp_path / "operator.key")
-    return private, public
+    private = tmp_path / "operator.key"
+    shutil.copy2(signed_report_run.private, private)
+    shutil.copy2(signed_report_run.public, f"{private}.pub")
+    return private, Path(f"{private}.pub")
 
 
 @pytest.fixture()
-def signed(tmp_path: Path, keys: tuple[Path, Path]) -> Path:
-    report_dir = built(tmp_path / "run")
-    sign_run(report_dir, "Dana Tech", keys[0], when=WHEN)
-    return report_dir
+def signed(tmp_path: Path, keys: tuple[Path, Path], signed_report_run) -> Path:
+    """The built run signed with keys by Dana Tech at WHEN (signed once a session, copied)."""
+    shutil.copytree(signed_report_run.run, tmp_path / "run", symlinks=True)
+    return tmp_path / "run" / "report"
 
 
 def failures(report_dir: Path, pubkey: Path) -> dict[str, list[str]]:
@@ -96,7 +101,8 @@ def test_keygen_refuses_to_overwrite(keys: tuple[Path, Path], tmp_path: Path) ->
     assert not lone.exists()
 
 
-def test_passphrase_protected_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_passphrase_protected_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  built) -> None:
     monkeypatch.setenv(PASSPHRASE_ENV, "correct horse")
     private, public, _ = generate_key(tmp_path / "locked.key")
     assert b"ENCRYPTED PRIVATE KEY" in private.read_bytes()
@@ -225,7 +231,7 @@ def test_a_removed_or_added_file_fails(signed: Path, keys: tuple[Path, Path]) ->
 
 
 def test_a_swapped_node_report_fails_the_rack_chain(tmp_path: Path, signed: Path,
-                                                    keys: tuple[Path, Path]) -> None:
+                                                    keys: tuple[Path, Path], built) -> None:
     # Another run, validly signed by the same key, with a different fault on gpu02.
     other = built(tmp_path / "other", fault_gpu=5)
     sign_run(other, "Dana Tech", keys[0], when=WHEN)
@@ -247,7 +253,7 @@ def test_the_wrong_public_key_fails_every_file(signed: Path, tmp_path: Path) -> 
     assert html.problems == [f"not covered: {MANIFEST} does not verify"]
 
 
-def test_an_unsigned_report_fails(tmp_path: Path, keys: tuple[Path, Path]) -> None:
+def test_an_unsigned_report_fails(tmp_path: Path, keys: tuple[Path, Path], built) -> None:
     report_dir = built(tmp_path / "run")
     failed = failures(report_dir, keys[1])
     assert failed["rack.json"] == ["not signed"]
@@ -255,8 +261,8 @@ def test_an_unsigned_report_fails(tmp_path: Path, keys: tuple[Path, Path]) -> No
     assert failed[MANIFEST][0].startswith("missing")
 
 
-def test_signing_refuses_a_tampered_or_broken_chain(tmp_path: Path,
-                                                    keys: tuple[Path, Path]) -> None:
+def test_signing_refuses_a_tampered_or_broken_chain(tmp_path: Path, keys: tuple[Path, Path],
+                                                    built) -> None:
     key = load_private_key(keys[0])
     report_dir = built(tmp_path / "run")
     before = {p.name: p.read_bytes() for p in report_dir.iterdir()}
@@ -285,7 +291,7 @@ def test_signing_twice_is_refused(signed: Path, keys: tuple[Path, Path]) -> None
 
 
 def test_a_failed_render_undoes_the_signing(tmp_path: Path, keys: tuple[Path, Path],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch, built) -> None:
     report_dir = built(tmp_path / "run")
     (report_dir / "rack.pdf").write_bytes(b"%PDF stale")  # so PDF is re-rendered
     before = {p.name: p.read_bytes() for p in report_dir.glob("*.json")}

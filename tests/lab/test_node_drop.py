@@ -14,7 +14,7 @@ import pytest
 from rackready.lab import nodes
 from rackready.validate import run_validation
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("node-drop")]
 
 
 def test_node_powered_off_mid_run_is_incomplete_with_its_events(provisioned_lab, tmp_path):

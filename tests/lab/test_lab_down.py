@@ -1,4 +1,4 @@
-"""Runs last in the lab suite: lab.down must leave nothing behind."""
+"""Runs last in the lab suite (lab_phase teardown): lab.down must leave nothing behind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from rackready.lab import config, lab, network, nodes, repo
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("teardown")]
 
 
 def test_lab_down_leaves_no_namespace_link_loop_device_mount_or_process(lab_nodes):
