@@ -177,8 +177,8 @@ thresholds:
 def _fleet_profile(tmp: Path) -> str:
     """A test profile beside copies of the real one it extends."""
     profiles = Path(__file__).resolve().parents[2] / "validation" / "profiles"
-    for name in ("xe9680-h200.yml", "_health.yml", "_bmc.yml"):
-        shutil.copy(profiles / name, tmp / name)
+    for path in [profiles / "xe9680-h200.yml", *profiles.glob("_*.yml")]:  # and its bases
+        shutil.copy(path, tmp / path.name)
     (tmp / "fleet.yml").write_text(FLEET_PROFILE)
     return str(tmp / "fleet.yml")
 
