@@ -18,7 +18,8 @@ from pathlib import Path
 from rackready.report.build import FORMATS, build_documents, build_reports, render_reports
 from rackready.report.diff import DEFAULT_NOISE, compare_runs, diff_runs, format_diff
 from rackready.report.errors import ReportError
-from rackready.report.signing import (
+from rackready.report.render.summary import summary_table, terminal_summary
+from rackready.report.seal.signing import (
     MANIFEST,
     PASSPHRASE_ENV,
     fingerprint,
@@ -30,7 +31,6 @@ from rackready.report.signing import (
     verify_report_dir,
     write_manifest,
 )
-from rackready.report.summary import summary_table, terminal_summary
 
 
 def _formats(text: str) -> set[str]:
@@ -186,7 +186,7 @@ def sign_run(report: Path, name: str, key_path: Path,
 def _what_is_verified(report: Path) -> str:
     """The run, inventory, outcome and signer the folder claims, so two racks' signed
     folders are told apart (the claim itself is what the lines below verify)."""
-    from rackready.report.signing import resolve_report_dir
+    from rackready.report.seal.signing import resolve_report_dir
     from rackready.sanitize import one_line
 
     try:

@@ -1,7 +1,7 @@
 """Build the report documents (the JSON source of truth) from loaded run data.
 
 Outcome, reason, verdicts and each failing part's wording come from the
-controller's judgement (rackready.judging) and are copied, never re-decided;
+controller's judgement (rackready.decide.node) and are copied, never re-decided;
 the node's own claim is kept only as "claimed_outcome".
 """
 
@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
-from rackready.judging import OUTCOMES, rack_outcome
-from rackready.report.canonical import empty_signoff, seal
+from rackready.decide.outcome import OUTCOMES, rack_outcome
 from rackready.report.loader import NodeRun, RunData
+from rackready.report.seal.canonical import empty_signoff, seal
 
 REPORT_SCHEMA_VERSION = "1.0"
 
@@ -193,7 +193,7 @@ LIMIT_KEYS = ("judged", "spec", "measured", "provisional", "calibrated", "below_
 
 
 def limits_of(j: dict[str, Any]) -> dict[str, Any]:
-    """The judgement's count of verdicts by the tier of their limit (rackready.judging)."""
+    """The judgement's count of verdicts by the tier of their limit (rackready.decide.node)."""
     raw = j.get("limits") if isinstance(j.get("limits"), dict) else {}
     out: dict[str, Any] = {k: int(raw.get(k) or 0) for k in LIMIT_KEYS}
     out["provisional_limits"] = "strict" if raw.get("provisional_limits") == "strict" \
@@ -210,8 +210,8 @@ def _failure_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
                       generated: str) -> dict[str, Any]:
     outcomes = [d["outcome"] for d in node_docs]
-    # --- rack-level step (rackready.rack_checks): its fabrics count toward the rack ---
-    from rackready.rack_checks import rack_outcome_of, read_rack, report_groups
+    # --- rack-level step (rackready.decide.rack): its fabrics count toward the rack ---
+    from rackready.decide.rack import rack_outcome_of, read_rack, report_groups
 
     rack_step = read_rack(data.path)
     outcome = rack_outcome(outcomes + rack_outcome_of(rack_step))

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from rackready import rack_checks as rc
-from rackready.judging import _decide
+from rackready.decide import rack as rc
+from rackready.decide.outcome import _decide
+from rackready.steps import rack as rack_step
 from validation.profile import load_profile
 from validation.workloads import rack_nccl as wl
 
@@ -223,7 +224,7 @@ def test_records_from_the_node_are_untrusted():
     text = "\n".join([json.dumps(_pair("a", "b", 0, 1.0)), "not json",
                       json.dumps({"name": "rack.pair_busbw", "value": 1, "labels": {}}),
                       '{"name": "rack.allreduce_busbw", "value": NaN, "labels": {}}', ""])
-    recs = rc.parse_records(text, problems, "a")
+    recs = rack_step.parse_records(text, problems, "a")
     assert len(recs) == 1 and problems == ["a: 3 unusable rack measurement line(s) skipped"]
     # label values that cannot key a table or fill a message, a rail that is no number
     odd_node = _pair("a", "b", 0, 1.0)
@@ -231,7 +232,7 @@ def test_records_from_the_node_are_untrusted():
     odd_rail = _pair("a", "b", 0, 1.0)
     odd_rail["labels"]["rail"] = "first"
     problems = []
-    recs = rc.parse_records("\n".join(json.dumps(r) for r in (odd_node, odd_rail)),
+    recs = rack_step.parse_records("\n".join(json.dumps(r) for r in (odd_node, odd_rail)),
                             problems, "a")
     assert recs == [] and problems == ["a: 2 unusable rack measurement line(s) skipped"]
 
@@ -341,10 +342,10 @@ def test_workload_on_two_cpu_processes_refuses_the_down_rail(tmp_path):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-2000:]
     problems: list[str] = []
-    recs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
+    recs = rack_step.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
                             problems, "na")
     # the other end reports every link too, with the same (slower end's) rate
-    theirs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank1.jsonl").read_text(),
+    theirs = rack_step.parse_records((tmp_path / "out" / "rack_nccl.rank1.jsonl").read_text(),
                               problems, "nb")
     assert problems == []
     assert ([(r["labels"]["rail"], r["value"]) for r in theirs]
@@ -367,7 +368,7 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     from test_report_synthetic import result, write_run
 
     from rackready.report.build import build_documents
-    from rackready.report.html import render_node_html, render_rack_html
+    from rackready.report.render.html import render_node_html, render_rack_html
     from rackready.report.schema import schema_errors
 
     run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02")])
@@ -449,15 +450,15 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
 
     from fake_node import FakeNode
 
-    from rackready import node_session
-    from rackready.rundir import Plan, PlannedNode, RunDir
+    from rackready.remote import session as node_session
+    from rackready.run.rundir import Plan, PlannedNode, RunDir
 
     fakes = [FakeNode(tmp_path / n, exec_hook=_hostile_workload(kind)) for n in ("na", "nb")]
     nodes = {n: dataclasses.replace(f.node, name=n, rdma_devices=("0000:1a:00.0",))
              for n, f in zip(("na", "nb"), fakes, strict=True)}
     monkeypatch.setattr(node_session, "ship_bundle", lambda *a, **k: "/nonexistent")
-    monkeypatch.setattr(rc, "TIMEOUT_S", {"cuda": 1, "cpu": 1})
-    monkeypatch.setattr(rc, "RACK_LIMITS", rc.RackLimits(
+    monkeypatch.setattr(rack_step, "TIMEOUT_S", {"cuda": 1, "cpu": 1})
+    monkeypatch.setattr(rack_step, "RACK_LIMITS", rack_step.RackLimits(
         max_stdout=64 << 10, max_stderr=64 << 10, grace_s=1, idle_s=1.5, command_s=5))
     plan = Plan(run_id="r1", inventory="t", level="quick", only=None,
                 nodes=[PlannedNode(n, "xe9680-h200-lab") for n in nodes])
@@ -466,7 +467,7 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
     group = {"planned": ["na", "nb"], "members": ["na", "nb"], "left_out": []}
     start = time.monotonic()
     try:
-        g = rc.run_group(run, "f", group, nodes, {"na": profile, "nb": profile},
+        g = rack_step.run_group(run, "f", group, nodes, {"na": profile, "nb": profile},
                          (b"", "0" * 64), lambda n: "/venv", lambda n: {})
     finally:
         for f in fakes:
