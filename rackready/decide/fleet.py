@@ -1,10 +1,12 @@
-"""The fleet: nodes of one profile compared with each other."""
+"""The fleet: the reference job's loss curves of the nodes of one profile compared step
+by step (its other comparisons: validation.judge.judge_fleet, in rackready.decide.judge)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
+from rackready.decide.outcome import component_words
 from validation.model import CheckResult
 from validation.profile import Profile
 from validation.workloads.golden import (
@@ -73,7 +75,7 @@ def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
                 "labels": {"shape": key[0], "world": key[1], "seed": key[5],
                            **({"step": str(cmp.worst_step)} if cmp.worst_step else {})},
                 "threshold": limit, "spread": None, "scope": "fleet",
-                "component": "node",
+                "component": component_words({}, None),  # node-wide: "node"
                 "message": (f"reference-job loss curve of {name} "
                             f"{'agrees with' if ok else 'deviates from'} the rack "
                             f"({len(curves)} nodes, same profile and seed): {where}, "

@@ -1,4 +1,7 @@
-"""Judge a run."""
+"""Judge a run: every node (rackready.decide.node), then the fleet of each profile
+(decide.fleet, validation.judge.judge_fleet), then the rack step's links (decide.rack);
+each node's judgement.json and the rack's _rack/judgement.json are written through the
+run store (rackready.run)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ from typing import Any
 from rackready.decide import integrity as trust
 from rackready.decide.fleet import FLEET_MIN_NODES, rack_curve_verdicts
 from rackready.decide.node import judge_node
-from rackready.decide.outcome import _decide, _verdict_dict
+from rackready.decide.outcome import decide_node, rack_judgement, verdict_dict
+from rackready.decide.rack import node_verdicts
+from rackready.run.rebuild import result_from_events
 from rackready.run.rundir import RunDir
 from validation.judge import judge_fleet
 from validation.model import CheckResult
@@ -17,8 +22,6 @@ from validation.profile import Profile
 
 def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
     """Judge every node of the run (node by node, then the fleet); write judgement.json."""
-    from rackready.run.rebuild import result_from_events
-
     plan = run.plan
     judgements: dict[str, dict[str, Any]] = {}
     fleet_groups: dict[str, dict[str, list[CheckResult]]] = defaultdict(dict)
@@ -57,30 +60,45 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
         # the reference job's curves: from two nodes up, compared step by step
         for name, vs in rack_curve_verdicts(group, profiles[key]).items():
             judgements[name]["fleet_verdicts"].extend(vs)
-            _decide(judgements[name])
+            decide_node(judgements[name])
         if len(group) < FLEET_MIN_NODES:
             continue
         for name, verdicts in judge_fleet(group, profiles[key]).items():
             fleet = [v for v in verdicts if v.check == "fleet"]
             j = judgements[name]
-            j["fleet_verdicts"] += [_verdict_dict(v, "fleet", {}) for v in fleet]
-            _decide(j)
-    # --- rack-level step: its failing links join both ends' judgements (rack_checks) ---
-    from rackready.decide.rack import node_verdicts, read_rack
-
-    rack = node_verdicts(read_rack(run.path))
+            j["fleet_verdicts"] += [verdict_dict(v, "fleet", {}) for v in fleet]
+            decide_node(j)
+    # the rack-level step: its failing links join both ends' judgements (decide.rack)
+    rack_step = run.read_rack()
+    rack = node_verdicts(rack_step)
     for name, j in judgements.items():
         if name in rack:
             j["rack_verdicts"] = rack[name]
-            _decide(j)
-    # --- end rack-level step ---
+            decide_node(j)
     if write:
         for name, j in judgements.items():
             run.write_judgement(name, j)
+        if plan is not None:  # a bare node folder holds only what the node wrote
+            run.write_rack_judgement(rack_judgement(judgements, rack_step))
     return judgements
+
+
+def judged(run: RunDir) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The run as the reports read it: every node's judgement and the rack's. A
+    controller's run directory with every judgement written is read as it was judged;
+    otherwise the run is judged now and nothing is written (a bare node folder holds
+    only the node's word: a judgement.json there is never the controller's). The rack's
+    judgement is decided from those, as judge_run writes it, and the run's rack record."""
+    if run.plan is not None:
+        found = {n: run.read_judgement(n) for n in run.node_names()}
+        if found and all(found.values()):
+            judgements = {n: j for n, j in found.items() if j}
+            return judgements, rack_judgement(judgements, run.read_rack())
+    judgements = judge_run(run, write=False)
+    return judgements, rack_judgement(judgements, run.read_rack())
 
 
 def _add_findings(j: dict[str, Any], found: list[dict[str, str]]) -> None:
     j["integrity"] = [*j.get("integrity", []), *found]
     j["problems"] += [f["problem"] for f in found if f["problem"] not in j["problems"]]
-    _decide(j)
+    decide_node(j)

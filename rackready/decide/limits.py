@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _limits_record(j: dict[str, Any]) -> dict[str, Any]:
+def limits_record(j: dict[str, Any]) -> dict[str, Any]:
     """How many of the node's judged verdicts rest on each tier of limit, how many read
     below expected, and the site's choices: carried into every report as decided here."""
     previous = j.get("limits") or {}

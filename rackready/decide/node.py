@@ -26,7 +26,7 @@ import json
 from typing import Any
 
 from rackready.decide.integrity import replay_findings, session_findings
-from rackready.decide.outcome import _decide, _verdict_dict
+from rackready.decide.outcome import decide_node, missing_check_verdict, verdict_dict
 from rackready.run.rundir import NodeResult, PlannedNode, now_iso
 from validation.judge import judge
 from validation.model import CheckResult
@@ -194,15 +194,8 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
     verdicts = judge(results, ctx.profile) if ctx.profile is not None else []
     reported = {r.check for r in results if r.status != "interrupted"}
     missing = [c for c in expected_checks(ctx.level, ctx.only) if c not in reported]
-    verdict_dicts = [_verdict_dict(v, "node", inventory) for v in verdicts]
-    for c in missing:
-        verdict_dicts.append({
-            "check": c, "metric": "check.status", "outcome": "fail", "value": "missing",
-            "unit": "", "labels": {}, "threshold": None, "spread": None, "scope": "node",
-            "component": "node",
-            "message": f"check {c} of the {ctx.level} level did not report",
-            "remediation": "re-run the validation; a check that did not report is never a pass",
-        })
+    verdict_dicts = [verdict_dict(v, "node", inventory) for v in verdicts]
+    verdict_dicts += [missing_check_verdict(c, ctx.level) for c in missing]
     claimed = (result or {}).get("outcome")
     judgement = {
         "node": name, "by": "controller", "judged": now_iso(),
@@ -220,7 +213,7 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
                    and ctx.profile.provisional_strict else "gross",
                    "calibration": ctx.profile.calibration if ctx.profile is not None else ""},
     }
-    _decide(judgement)
+    decide_node(judgement)
     return judgement, results, ctx.profile
 
 
@@ -228,8 +221,6 @@ def _bmc_check(planned: PlannedNode | None, bmc: dict[str, Any] | None,
                problems: list[str]) -> CheckResult | None:
     """The controller's BMC reading (rackready.steps.oob) as the check `bmc`; for a planned node
     without one, the check as 'not run', so the profile decides (requires: [bmc] fails)."""
-    from rackready.steps.oob import not_run
-
     if bmc and isinstance(bmc.get("check"), dict):
         try:
             return CheckResult.from_dict(bmc["check"])
@@ -276,3 +267,12 @@ def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[di
         except (TypeError, ValueError):
             continue
     return sorted(out, key=lambda p: p["step"])
+
+
+BMC_CHECK = "bmc"  # the out-of-band check (rackready.steps.oob reads the BMC)
+
+
+def not_run(problem: str) -> CheckResult:
+    """The check as judged when no out-of-band record exists for a planned node."""
+    return CheckResult(check=BMC_CHECK, status="skipped", duration_s=0.0, message=problem,
+                       needs=(BMC_CHECK,))

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from rackready.decide.outcome import group_outcome, link_component
 from rackready.sanitize import one_line
 from validation.judge import limit_outcome
 from validation.model import Threshold
@@ -36,12 +36,6 @@ from validation.model import Threshold
 # The step's two checks: the all_reduce (judged per fabric) and the pairwise links
 # (judged per link, a FAIL verdict on both ends).
 RACK_CHECKS = ("rack.allreduce", "rack.pairwise")
-
-
-RACK_DIRNAME = "_rack"  # not a node folder: node names never start with "_"
-
-
-RACK_FILE = "rack.json"
 
 
 PAIR_METRIC, RATIO_METRIC = "rack.pair_busbw", "rack.pair_busbw_vs_median"
@@ -211,22 +205,10 @@ def judge_group(name: str, planned: list[str], members: list[str],
                          f"(limit {_limit(ar_floor)}), correct {ok}")}
     elif len(members) >= 2:
         problems.append("the all_reduce reported no measurement")
-    failing = [r for r in rows if r["outcome"] == "fail"]
-    missing = [n["node"] for n in left_out]
-    if len(planned) < 2:
-        outcome, reason = "NOT_APPLICABLE", f"one node on fabric {name}: no pairs"
-    elif failing or (allreduce and allreduce["outcome"] == "fail"):
-        outcome = "FAIL"
-        reason = (failing[0]["failures"][0]["message"] if failing
-                  else allreduce["message"] if allreduce else "")
-    elif missing or problems or len(members) < 2:
-        outcome = "INCOMPLETE"
-        reason = (f"left out: {', '.join(missing)}" if missing
-                  else problems[0] if problems else "fewer than two nodes took part")
-    else:
-        outcome, reason = "PASS", ""
+    outcome, reason = group_outcome(name, planned, members, left_out, rows, allreduce,
+                                    problems)
     return {"fabric": name, "planned": planned, "members": members, "left_out": left_out,
-            "outcome": outcome, "outcome_reason": one_line(reason, 300),
+            "outcome": outcome, "outcome_reason": reason,
             "median_rail_gbps": median, "allreduce": allreduce, "pairs": rows,
             "suspects": suspects(rows), "problems": problems}
 
@@ -336,48 +318,11 @@ def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                         "labels": {"peer": peer, "rail": str(r["rail"]), "nic": nic,
                                    "peer_nic": other},
                         "threshold": f["threshold"], "spread": None, "scope": "rack",
-                        "component": f"link {me} {nic} <-> {peer} {other} (rail {r['rail']})",
+                        "component": link_component(me, nic, peer, other, r["rail"]),
                         "message": f["message"] + (" [SIMULATED rail: gloo over the lab "
                                                    "network]" if r.get("simulated") else ""),
                         "remediation": f"{where}: port state, cable and transceiver on rail "
                                        f"{r['rail']}, then the switch port; re-run the rack "
                                        "step (invoke validate --inventory)",
                     })
-    return out
-
-
-def rack_outcome_of(rack: dict[str, Any]) -> list[str]:
-    """The groups' outcomes that count toward the rack's (not-applicable ones do not)."""
-    return [g["outcome"] for g in rack.get("groups", []) if g["outcome"] != "NOT_APPLICABLE"]
-
-
-def read_rack(run_path: Path) -> dict[str, Any]:
-    """The run's rack record ({} when the run had no rack-level step)."""
-    from rackready.run.rundir import _read_own_json
-
-    return _read_own_json(Path(run_path) / RACK_DIRNAME / RACK_FILE)
-
-
-def report_groups(rack: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rack report's view of the step: every group, its links and its judgement."""
-    out = []
-    for g in rack.get("groups", []):
-        ar = g.get("allreduce")
-        out.append({
-            "fabric": g["fabric"], "outcome": g["outcome"],
-            "outcome_reason": g["outcome_reason"], "planned": g["planned"],
-            "members": g["members"], "left_out": g["left_out"],
-            "median_rail_gbps": g.get("median_rail_gbps"),
-            "allreduce": None if ar is None else {
-                k: ar.get(k) for k in ("value", "unit", "correct", "outcome", "message",
-                                       "threshold", "labels")},
-            "pairs": [{k: p.get(k) for k in ("node_a", "node_b", "rail", "nic_a", "nic_b",
-                                              "value", "unit", "vs_median", "refused",
-                                              "simulated", "outcome", "threshold")}
-                      | {"messages": [f["message"] for f in p["failures"]] + [
-                          f"below expected (provisional limit): {f['message']}"
-                          for f in p.get("below_expected", [])]}
-                      for p in g.get("pairs", [])],
-            "suspects": g.get("suspects", []), "problems": g.get("problems", []),
-        })
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rackready.decide.judge import judged
 from rackready.report.document import (
     build_node_report,
     build_rack_report,
@@ -16,7 +17,7 @@ from rackready.report.document import (
     now_iso,
 )
 from rackready.report.errors import ReportError
-from rackready.report.loader import load_run
+from rackready.report.loader import RunData, load_judged, open_run
 from rackready.report.render.html import render_node_html, render_rack_html
 from rackready.report.render.junit import render_junit
 from rackready.report.render.pdf import html_to_pdf
@@ -25,6 +26,13 @@ from rackready.report.seal.canonical import read_report, report_sha256, write_re
 from rackready.run.rundir import REPORT_DIRNAME
 
 FORMATS = frozenset({"json", "html", "pdf", "junit"})
+
+
+def load_run(run_dir: Path) -> RunData:
+    """A run as the reports read it: judged first (rackready.decide; a run already
+    judged is read as judged, nothing is written), then loaded."""
+    run = open_run(Path(run_dir))
+    return load_judged(run, judged(run))
 
 
 def build_documents(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -36,6 +37,11 @@ from rackready.sanitize import has_control, has_surrogates, replace_surrogates, 
 
 RUN_FILE = "run.json"
 REPORT_DIRNAME = "report"
+# The rack-level step's folder (not a node folder: node names never start with "_"): its
+# record, each group's remote output, and the rack's judgement (rackready.decide).
+RACK_DIRNAME = "_rack"
+RACK_FILE = "rack.json"
+RACK_JUDGEMENT_FILE = "judgement.json"
 # The node's result.json is refused above this size (the fetch caps it too).
 MAX_RESULT_BYTES = 64 << 20
 # result.json schema versions this controller knows how to judge.
@@ -63,6 +69,11 @@ def new_run_id(inventory: str) -> str:
 
 def _safe(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:40] or "run"
+
+
+def _rack_name(text: str) -> str:
+    """A rack group's or node's name as a file name under _rack/."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
 @dataclass(frozen=True)
@@ -297,6 +308,32 @@ class RunDir:
 
     def read_bmc(self, node: str) -> dict[str, Any] | None:
         return _read_own_json(self.paths(node).dir / "bmc.json") or None
+
+    # the rack-level step (rackready.steps.rack) and the rack's judgement (rackready.decide)
+    def write_rack(self, record: dict[str, Any]) -> None:
+        (self.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(self.path / RACK_DIRNAME / RACK_FILE, record)
+
+    def read_rack(self) -> dict[str, Any]:
+        """The run's rack record ({} when the run had no rack-level step)."""
+        return _read_own_json(self.path / RACK_DIRNAME / RACK_FILE)
+
+    def prepare_rack_group(self, group: str) -> Path:
+        folder = self.path / RACK_DIRNAME / _rack_name(group)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def write_rack_output(self, group: str, node: str, suffix: str, text: str) -> None:
+        """What one node's rack workload printed (.log) or measured (.jsonl), as sent."""
+        path = self.prepare_rack_group(group) / f"{_rack_name(node)}{suffix}"
+        path.write_text(text, encoding="utf-8")
+
+    def write_rack_judgement(self, judgement: dict[str, Any]) -> None:
+        (self.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(self.path / RACK_DIRNAME / RACK_JUDGEMENT_FILE, judgement)
+
+    def read_rack_judgement(self) -> dict[str, Any] | None:
+        return _read_own_json(self.path / RACK_DIRNAME / RACK_JUDGEMENT_FILE) or None
 
     @property
     def report_dir(self) -> Path:

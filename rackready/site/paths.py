@@ -15,7 +15,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INVENTORIES = PROJECT_ROOT / "inventories"
 
 
-log = logging.getLogger("rackready.site")  # the site layer's log: what an inventory skips or ignores
+# the site layer's one log: what an inventory skips or ignores
+log = logging.getLogger("rackready.site")
 
 
 def inventory_path(name: str) -> Path:

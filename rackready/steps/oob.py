@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from rackready.decide.node import BMC_CHECK
 from rackready.errors import UserError
 from rackready.redfish.bios import read_state
 from rackready.redfish.client import Client, RedfishError
@@ -31,7 +32,7 @@ from rackready.site.inventory import Node
 from rackready.site.paths import PROJECT_ROOT
 from validation.model import CheckResult, Measurement
 
-CHECK = "bmc"
+CHECK = BMC_CHECK
 # Where the bios role records each node's provisioning time (the BMC's clock).
 BASELINE_DIR = PROJECT_ROOT / "artifacts" / "bmc"
 # The bios role's profiles: validation judges the BIOS against the same data.
@@ -227,9 +228,3 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
                                duration_s=time.monotonic() - t0, measurements=tuple(found),
                                message=rec["problem"], needs=(CHECK,)).to_dict()
     return rec
-
-
-def not_run(problem: str) -> CheckResult:
-    """The check as judged when no out-of-band record exists for a planned node."""
-    return CheckResult(check=CHECK, status="skipped", duration_s=0.0, message=problem,
-                       needs=(CHECK,))

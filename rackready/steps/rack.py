@@ -1,25 +1,29 @@
-"""The rack step's running half."""
+"""The rack-level step of `invoke validate --inventory`, its running half: after the node
+suites, the nodes of each fabric run validation.workloads.rack_nccl together (an
+all_reduce across all of them, then every pair rail by rail) through torchrun over SSH,
+bounded as the suite is (RACK_LIMITS); rackready.decide.rack judges what they measured.
+
+A node that was unreachable or whose suite did not complete is left out with its
+reason (decide.rack.groups). The record goes to <run>/_rack/rack.json through the run
+store; decide carries its verdicts into the nodes' judgements and the rack's.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from rackready.decide.rack import (
-    PAIR_METRIC,
-    RACK_DIRNAME,
-    RACK_FILE,
-    SENDER,
-    Floors,
-    groups,
-    judge_group,
-)
+from rackready.decide.node import controller_profile
+from rackready.decide.rack import PAIR_METRIC, SENDER, Floors, groups, judge_group
+from rackready.remote import session, ssh
 from rackready.remote.result_shape import is_scalar
-from rackready.run.rundir import RunDir, _write_json_atomic, now_iso
+from rackready.remote.runner import CommandResult, build_remote_command, run_command
+from rackready.run.rundir import RunDir, now_iso
 from rackready.sanitize import one_line, replace_surrogates_in
 
 RDZV_PORT = 29401
@@ -114,22 +118,17 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
               profiles: dict[str, Any], bundle_payload: tuple[bytes, str],
               venv_of, nccl_env_of, progress=lambda msg: None) -> dict[str, Any]:
     """Run the workload on the group's members and judge it."""
-    from rackready.remote import ssh
-    from rackready.remote.runner import build_remote_command
-    from rackready.remote.session import SessionError, ship_bundle
-
     members = list(group["members"])
     floors = {n: Floors.of(profiles[n]) for n in members if profiles.get(n) is not None}
     rails = {n: list(nodes[n].rdma_devices) for n in members}
     counts = {n: len(r) for n, r in rails.items()}
     problems: list[str] = []
     records: list[dict[str, Any]] = []
-    folder = run.path / RACK_DIRNAME / _safe(key)
     if len(group["planned"]) < 2 or len(members) < 2:
         return judge_group(key, group["planned"], members, group["left_out"], [], floors,
                            [] if len(group["planned"]) < 2 else
                            ["fewer than two nodes can take part"], counts)
-    folder.mkdir(parents=True, exist_ok=True)
+    run.prepare_rack_group(key)
     site = dict(run.plan.node(members[0]).site) if run.plan else {}
     device = str((site.get("workloads") or {}).get("device") or "cuda")
     rack_site = site.get("rack") if isinstance(site.get("rack"), dict) else {}
@@ -154,9 +153,10 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
         dirs = {}
         for n in members:
             try:
-                dirs[n] = ship_bundle(clients[n], bundle_payload, remote_base="/var/lib/rackready",
-                                      run_id=run_id, become=nodes[n].become)
-            except SessionError as exc:
+                dirs[n] = session.ship_bundle(clients[n], bundle_payload,
+                                              remote_base="/var/lib/rackready",
+                                              run_id=run_id, become=nodes[n].become)
+            except session.SessionError as exc:
                 problems.append(one_line(f"{n}: bundle: {exc}"))
         if problems:
             return judge_group(key, group["planned"], members, group["left_out"], [], floors,
@@ -178,7 +178,7 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
         with ThreadPoolExecutor(len(members)) as pool:
             results = list(pool.map(one, range(len(members))))
         for n, res in zip(members, results, strict=True):
-            (folder / f"{_safe(n)}.log").write_text(res.out + res.err, encoding="utf-8")
+            run.write_rack_output(key, n, ".log", res.out + res.err)
             if res.problem:
                 problems.append(one_line(f"{n}: rack workload: {res.problem}", 300))
             elif res.rc != 0:
@@ -192,7 +192,7 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
             if got.problem:
                 problems.append(one_line(f"{n}: reading the rack measurements: {got.problem}",
                                          300))
-            (folder / f"{_safe(n)}.jsonl").write_text(got.out, encoding="utf-8")
+            run.write_rack_output(key, n, ".jsonl", got.out)
             # who sent each record: a link is judged only from its own two ends
             records += [{**r, SENDER: n} for r in parse_records(
                 got.out if not got.problem else "", problems, n)]
@@ -205,8 +205,6 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
 
 def _remote(client, command: str, timeout_s: float, max_stdout: int):
     """One of the step's remote commands, bounded (RACK_LIMITS); never raises."""
-    from rackready.remote.runner import CommandResult, run_command
-
     lim = RACK_LIMITS
     try:
         return run_command(client, command, timeout_s=timeout_s,
@@ -218,8 +216,6 @@ def _remote(client, command: str, timeout_s: float, max_stdout: int):
 
 
 def _safe(text: str) -> str:
-    import re
-
     return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
@@ -227,8 +223,6 @@ def run_rack_step(run: RunDir, targets: list, judgements: dict[str, dict[str, An
                   bundle_payload: tuple[bytes, str], venv_of, nccl_env_of,
                   progress=print) -> dict[str, Any]:
     """Every fabric group of the run: run, judge, write <run>/_rack/rack.json."""
-    from rackready.decide.node import controller_profile
-
     assert run.plan is not None
     nodes = {n.name: n for n in targets}
     sessions = {n: run.read_session(n) for n in nodes}
@@ -245,6 +239,5 @@ def run_rack_step(run: RunDir, targets: list, judgements: dict[str, dict[str, An
                                         f"{type(exc).__name__}: {exc}")], {})
         rack["groups"].append(rec)
     rack["finished"] = now_iso()
-    (run.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(run.path / RACK_DIRNAME / RACK_FILE, rack)
+    run.write_rack(rack)
     return rack

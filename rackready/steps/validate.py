@@ -20,13 +20,18 @@ from pathlib import Path
 import yaml
 
 from rackready.decide.calibration import check_overlay, overlay_path, read_overlay
+from rackready.decide.judge import judge_run
+from rackready.decide.node import controller_profile, not_run
 from rackready.errors import UserError
 from rackready.remote import bundle, ssh
 from rackready.remote import session as node_session
+from rackready.report.cli import write_reports
 from rackready.run.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
 from rackready.site import inventory, paths
-from rackready.steps.progress import Board
+from rackready.steps import oob
+from rackready.steps import rack as rack_step
+from rackready.steps.progress import Board, check_verdict
 from validation.profile import ProfileError, load_profile
 
 LEVELS = ("quick", "standard", "burnin")
@@ -88,18 +93,14 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     with ThreadPoolExecutor(max_workers=min(32, len(runs))) as pool:
         list(pool.map(one, runs))
 
-    from rackready.decide.judge import judge_run
-
     judgements = judge_run(run)
     rack: dict = {}
-    # --- rack-level step (rackready.decide.rack): an inventory run, after the suites ---
+    # the rack-level step (rackready.steps.rack): an inventory run, after the suites
     if not node and len(plan.nodes) >= 2:
         board.close()
-        from rackready.steps.rack import run_rack_step
-
-        rack = run_rack_step(run, targets, judgements, (payload, digest), _venv, _nccl_env)
+        rack = rack_step.run_rack_step(run, targets, judgements, (payload, digest), _venv,
+                                       _nccl_env)
         judgements = judge_run(run)  # the rack verdicts join the nodes' judgements
-    # --- end rack-level step ---
     for r in runs:
         j = judgements[r.node.name]
         r.outcome = j["outcome"]
@@ -113,19 +114,9 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     _print_rack(rack)
     _reports(run.path, formats)
     print(f"run directory: {run.path}")
-    from rackready.decide.rack import read_rack
-
-    return exit_code(judgements, rack or read_rack(run.path) or {})
-
-
-def exit_code(judgements: dict[str, dict], rack: dict) -> int:
-    """0 only when the whole run passed: every planned node (those a --resume did not
-    reach too, as its rack.json says) and the rack step."""
-    from rackready.decide.rack import rack_outcome_of
-
-    rack_ok = all(o == "PASS" for o in rack_outcome_of(rack))
-    return 0 if judgements and rack_ok and all(
-        j["outcome"] == "PASS" for j in judgements.values()) else 1
+    # the whole run's, as decided (rackready.decide.outcome.rack_judgement): every planned
+    # node, those a --resume did not reach too, and the rack step
+    return 0 if (run.read_rack_judgement() or {}).get("outcome") == "PASS" else 1
 
 
 def _only(only: str | None) -> list[str] | None:
@@ -195,9 +186,6 @@ def _venv(node: inventory.Node) -> str:
 
 def _board_judges(plan: Plan) -> dict:
     """Per node: a check's verdict word for the live board, judged by the controller."""
-    from rackready.decide.node import controller_profile
-    from rackready.steps.progress import check_verdict
-
     judges = {}
     for p in plan.nodes:
         profile = controller_profile(p)
@@ -283,14 +271,12 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
 def _run_oob(run: RunDir, r: NodeRun, board: Board) -> None:
     """The node's BMC, read from the controller after its session (issue 17): log entries
     written during the burn-in count too. Its trouble is recorded, never raised."""
-    from rackready.steps import oob
-
     board.update(r.node.name, "reading BMC")
     try:
         record = oob.collect(r.node)
     except Exception as exc:  # noqa: BLE001  one node's surprise must not stop the rack
         record = {"node": r.node.name, "problem": one_line(f"controller error: {exc}"),
-                  "check": oob.not_run(one_line(f"controller error: {exc}")).to_dict()}
+                  "check": not_run(one_line(f"controller error: {exc}")).to_dict()}
     run.write_bmc(r.node.name, record)
 
 
@@ -331,6 +317,4 @@ def _print_rack(rack: dict) -> None:
 
 
 def _reports(run_dir: Path, formats: str) -> None:
-    from rackready.report.cli import write_reports
-
     write_reports(run_dir, formats)

@@ -9,8 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from rackready.decide import outcome
 from rackready.decide import rack as rc
-from rackready.decide.outcome import _decide
+from rackready.decide.outcome import decide_node as _decide
+from rackready.report import document
+from rackready.run import rundir
 from rackready.steps import rack as rack_step
 from validation.profile import load_profile
 from validation.workloads import rack_nccl as wl
@@ -183,7 +186,7 @@ def test_a_provisional_floor_missed_short_of_its_gross_line_reads_below_expected
     verdicts = rc.node_verdicts({"groups": [g]})
     assert {n: [v["outcome"] for v in vs] for n, vs in verdicts.items()} == \
         {"n2": ["below_expected"], "n3": ["below_expected"]}
-    assert rc.report_groups({"groups": [g]})[0]["pairs"][-1]["messages"][0].startswith(
+    assert document.report_groups({"groups": [g]})[0]["pairs"][-1]["messages"][0].startswith(
         "below expected")
     # a site that accepts only against the provisional floors fails it
     strict = rc.Floors(**{**REAL.__dict__, "strict": True})
@@ -211,7 +214,7 @@ def test_a_missing_node_or_measurement_never_passes():
 def test_one_node_fabric_is_not_applicable_and_does_not_count():
     g = _judge([], members=("n1",))
     assert g["outcome"] == "NOT_APPLICABLE"
-    assert rc.rack_outcome_of({"groups": [g]}) == []
+    assert outcome.rack_outcome_of({"groups": [g]}) == []
 
 
 def test_wrong_all_reduce_fails_the_rack():
@@ -377,8 +380,8 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     g = rc.judge_group("lab-network", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [],
                        _both(recs, "gpu01"),
                        {"gpu01": LAB, "gpu02": LAB}, [], {"gpu01": 2, "gpu02": 2})
-    (run / rc.RACK_DIRNAME).mkdir()
-    (run / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [g]}))
+    (run / rundir.RACK_DIRNAME).mkdir()
+    (run / rundir.RACK_DIRNAME / rundir.RACK_FILE).write_text(json.dumps({"groups": [g]}))
     for name, verdicts in rc.node_verdicts({"groups": [g]}).items():
         path = run / name / "judgement.json"  # as judge_run writes it after the step
         j = json.loads(path.read_text())
@@ -398,10 +401,10 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     assert "Rack-level checks" in html and "gpu02 mlx5_0 port Down" in html
     # a rack step that could not run keeps the rack from passing even when the nodes pass
     run2 = write_run(tmp_path / "run2", [result("gpu01"), result("gpu02")])
-    (run2 / rc.RACK_DIRNAME).mkdir()
+    (run2 / rundir.RACK_DIRNAME).mkdir()
     left = rc.judge_group("f", ["gpu01", "gpu02"], ["gpu01"], [
         {"node": "gpu02", "reason": "unreachable: timed out"}], [], {}, [], {})
-    (run2 / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [left]}))
+    (run2 / rundir.RACK_DIRNAME / rundir.RACK_FILE).write_text(json.dumps({"groups": [left]}))
     rack2, docs2 = build_documents(run2)
     assert [d["outcome"] for d in docs2] == ["PASS", "PASS"]
     assert rack2["outcome"] == "INCOMPLETE" and "rack step" in rack2["outcome_reason"]
@@ -475,5 +478,5 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
     assert time.monotonic() - start < 10
     assert g["outcome"] == "INCOMPLETE"
     assert any(p.startswith(f"na: {problem}") for p in g["problems"]), g["problems"]
-    log = (tmp_path / "run" / rc.RACK_DIRNAME / "f" / "na.log").stat().st_size
+    log = (tmp_path / "run" / rundir.RACK_DIRNAME / "f" / "na.log").stat().st_size
     assert log < 200_000

@@ -153,7 +153,7 @@ def test_below_expected_and_the_tier_count_show_in_every_format(run_with_shortfa
 
 
 def test_a_healthy_node_with_a_shortfall_passes_and_says_so():
-    from rackready.decide.outcome import _decide
+    from rackready.decide.outcome import decide_node as _decide
 
     v = {"check": "hbm", "metric": "hbm.bandwidth", "outcome": "below_expected",
          "component": "GPU 1", "threshold": {"tier": "provisional"}}

@@ -33,11 +33,6 @@ def _gpu_sort(g: str) -> tuple[bool, int, str]:
     return (not g.isdigit(), int(g) if g.isdigit() else 0, g)
 
 
-def component_of(v: dict[str, Any], inventory: dict[str, Any]) -> str:
-    """The failing part in words: the judge's own wording when it gave one."""
-    return v.get("component") or naming.component(v.get("labels") or {}, inventory)
-
-
 def banners(doc: dict[str, Any]) -> list[str]:
     """Lines repeated on every page: simulated hardware, partial or unfinished runs."""
     out = [SIM_BANNER] if doc.get("simulated") else []
@@ -47,21 +42,8 @@ def banners(doc: dict[str, Any]) -> list[str]:
 
 
 def outcome_reason(doc: dict[str, Any]) -> str:
-    """One line under the verdict: the judge's reason, else what the rows say."""
-    if doc.get("outcome_reason"):
-        return naming.clean(doc["outcome_reason"])
-    outcome = doc.get("outcome")
-    fails = [v for v in doc.get("verdicts", []) if v.get("outcome") == "fail"]
-    if outcome == "PASS":
-        return ""
-    if outcome == "FAIL" and fails:
-        checks = list(dict.fromkeys(v["check"] for v in fails))
-        return f"{len(fails)} failing verdict{'s' * (len(fails) != 1)}: {', '.join(checks)}"
-    problems = doc.get("problems") or []
-    if problems:
-        return naming.clean(problems[0])
-    return {"INCOMPLETE": "the run did not finish", "PARTIAL": "only part of the suite ran"}.get(
-        outcome, "")
+    """One line under the verdict: the judge's reason (rackready.decide.outcome)."""
+    return naming.clean(doc.get("outcome_reason") or "")
 
 
 def fmt_time(ts: str | None) -> str:

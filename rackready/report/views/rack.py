@@ -10,7 +10,7 @@ from typing import Any
 
 from rackready.report import naming
 from rackready.report.views.figures import Figure, HLine, Panel, per_gpu_figure
-from rackready.report.views.page import OUTCOMES, component_of
+from rackready.report.views.page import OUTCOMES
 
 
 def node_line(entry: dict[str, Any], doc: dict[str, Any] | None) -> str:
@@ -46,7 +46,7 @@ def rack_rows(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> list[dic
             "html": f"node-{e['node']}.html" if e.get("report") else None,
             "sha": (e.get("report_sha256") or "")[:16],
             "simulated": e.get("simulated", False),
-            "failures": [{**f, "component": component_of(f, (d or {}).get("inventory") or {})}
+            "failures": [{**f, "component": f.get("component") or ""}
                          for f in e.get("failures") or []],
             "problems": [naming.clean(p) for p in e.get("problems") or []],
             "hostname": (d or {}).get("hostname"),
@@ -132,12 +132,9 @@ def rack_figure(node_docs: list[dict[str, Any]]) -> Figure | None:
 
 
 def rack_reason(rack: dict[str, Any]) -> str:
+    """One line under the rack's verdict: the judge's reason; a rack that passed says
+    how many nodes it holds."""
     if rack.get("outcome_reason"):
         return naming.clean(rack["outcome_reason"])
     nodes = rack.get("nodes", [])
-    bad = [e["node"] for e in nodes if e.get("outcome") == rack.get("outcome")]
-    if rack.get("outcome") == "PASS":
-        return f"all {len(nodes)} nodes passed"
-    word = {"FAIL": "failed", "INCOMPLETE": "did not finish", "PARTIAL": "ran part of the suite"}
-    return (f"{len(bad)} of {len(nodes)} node{'s' * (len(nodes) != 1)} "
-            f"{word.get(rack.get('outcome', ''), 'did not pass')}: {', '.join(bad)}")
+    return f"all {len(nodes)} nodes passed" if rack.get("outcome") == "PASS" else ""

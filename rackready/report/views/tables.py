@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rackready.report import naming
-from rackready.report.views.page import References, _gpu_sort, _num, component_of
+from rackready.report.views.page import References, _gpu_sort, _num
 
 # Key figures: metric prefixes that measure performance, in the order a reader scans them.
 KEY_PREFIXES = ("gemm.tflops", "gemm.power_fraction", "hbm.bandwidth", "nccl.busbw",
@@ -16,7 +16,6 @@ KEY_PREFIXES = ("gemm.tflops", "gemm.power_fraction", "hbm.bandwidth", "nccl.bus
 def failures(doc: dict[str, Any], refs: References,
              outcome: str = "fail") -> list[dict[str, Any]]:
     """The verdicts of one outcome (fail, or below_expected) as the report lists them."""
-    inv = doc.get("inventory") or {}
     out = []
     for v in doc.get("verdicts", []):
         if v.get("outcome") != outcome:
@@ -24,7 +23,7 @@ def failures(doc: dict[str, Any], refs: References,
         out.append({
             "check": v["check"], "metric": v["metric"], "name": naming.metric_name(v["metric"]),
             "qualifier": naming.qualifier(v.get("labels") or {}),
-            "component": component_of(v, inv), "fleet": v.get("scope") == "fleet",
+            "component": v.get("component") or "", "fleet": v.get("scope") == "fleet",
             "measured": naming.value_text(v.get("value"), v.get("unit", "")),
             "required": naming.threshold_text(v.get("threshold")),
             "message": v.get("message", ""),
@@ -185,7 +184,7 @@ def appendix(doc: dict[str, Any], refs: References) -> dict[str, Any]:
             v = members[0]
             labels = v.get("labels") or {}
             if v["outcome"] == "fail":
-                where = component_of(v, inv)
+                where = v.get("component") or ""
             elif len(members) > 1:
                 where = _where_many(members, inv)
             else:
