@@ -305,7 +305,7 @@ def _print_status(rows) -> None:
 @user_errors
 def demo(c, nodes=2):
     """The main job on the lab: lab up, provision, inject a fault, validate, report."""
-    from rackready.steps.demo import run_demo
+    from rackready.lab.demo import run_demo
 
     code = run_demo(int(nodes))
     if code:
@@ -322,7 +322,7 @@ def demo(c, nodes=2):
 def test(c, k=None, unit=False):
     """Run the whole test suite (unit, lab, browser); installs what the tests need."""
     if not unit:
-        from rackready.steps.testenv import ensure_test_packages
+        from rackready.lab.testenv import ensure_test_packages
 
         ensure_test_packages()
     args = [sys.executable, "-m", "pytest"]
@@ -337,16 +337,20 @@ def test(c, k=None, unit=False):
 
 @task
 def lint(c):
-    """ruff, yamllint and ansible-lint (production profile) over the tree."""
+    """ruff, yamllint, ansible-lint (production profile) and the layer contract
+    (lint-imports: pyproject's [tool.importlinter]) over the tree."""
     bindir = Path(sys.executable).parent
     failed = False
     for cmd in (
         f"{bindir}/ruff check .",
         f"{bindir}/yamllint -s .",
         f"{bindir}/ansible-lint",
+        f"{bindir}/lint-imports",
     ):
         print(f"$ {cmd}")
-        failed |= bool(c.run(cmd, warn=True, env={"PATH": f"{bindir}:{os.environ['PATH']}"}).exited)
+        # PYTHONPATH: lint-imports reads this tree's packages, not an installed copy
+        env = {"PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+        failed |= bool(c.run(cmd, warn=True, env=env).exited)
     if failed:
         raise Exit("lint failed", code=1)
 

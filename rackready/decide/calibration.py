@@ -31,7 +31,7 @@ import yaml
 
 from rackready.errors import UserError
 from validation import metrics
-from validation.judge import ENTITY_LABELS, MAD_TO_SIGMA, fleet_outliers
+from validation.judge import ENTITY_LABELS, MAD_TO_SIGMA, _applies, fleet_outliers
 from validation.model import CheckResult, Threshold
 from validation.profile import Profile, ProfileError, calibration_thresholds
 
@@ -78,8 +78,6 @@ class Device:
 
 def _devices(t: Threshold, results: dict[str, list[CheckResult]]) -> list[Device]:
     """Every device's value of the limit's metric on each node (repeats -> median)."""
-    from validation.judge import _applies
-
     better = metrics.get(t.metric).better
     out = []
     for node, checks in sorted(results.items()):

@@ -31,6 +31,7 @@ from rackready.run.rundir import NodeResult, PlannedNode, now_iso
 from validation.judge import judge
 from validation.model import CheckResult
 from validation.profile import Profile, ProfileError, load_profile, scope, with_site
+from validation.runner import select_checks
 from validation.workloads.golden import (
     GoldenError,
     load_golden,
@@ -40,8 +41,6 @@ from validation.workloads.golden import (
 
 def expected_checks(level: str, only: list[str] | None) -> list[str]:
     """The checks a run of this level (narrowed by --only) must report."""
-    from validation.runner import select_checks
-
     try:
         return [c.name for c in select_checks(level, only)]
     except ValueError:  # an --only name this controller does not know: expect it anyway

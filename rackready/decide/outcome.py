@@ -124,7 +124,7 @@ def link_component(node: str, nic: str, peer: str, peer_nic: str, rail: Any) -> 
 
 def group_outcome(name: str, planned: list[str], members: list[str],
                   left_out: list[dict[str, str]], rows: list[dict[str, Any]],
-                  allreduce: dict[str, Any] | None, problems: list[str]) -> tuple[str, str]:
+                  allreduce: dict[str, Any] | None, problems: list[str]) -> dict[str, str]:
     """A fabric group's outcome in the rack step and its one-line reason."""
     failing = [r for r in rows if r["outcome"] == "fail"]
     missing = [n["node"] for n in left_out]
@@ -140,7 +140,7 @@ def group_outcome(name: str, planned: list[str], members: list[str],
                   else problems[0] if problems else "fewer than two nodes took part")
     else:
         outcome, reason = "PASS", ""
-    return outcome, one_line(reason, 300)
+    return {"outcome": outcome, "outcome_reason": one_line(reason, 300)}
 
 
 def rack_outcome_of(rack: dict[str, Any]) -> list[str]:

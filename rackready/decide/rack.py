@@ -205,10 +205,8 @@ def judge_group(name: str, planned: list[str], members: list[str],
                          f"(limit {_limit(ar_floor)}), correct {ok}")}
     elif len(members) >= 2:
         problems.append("the all_reduce reported no measurement")
-    outcome, reason = group_outcome(name, planned, members, left_out, rows, allreduce,
-                                    problems)
     return {"fabric": name, "planned": planned, "members": members, "left_out": left_out,
-            "outcome": outcome, "outcome_reason": reason,
+            **group_outcome(name, planned, members, left_out, rows, allreduce, problems),
             "median_rail_gbps": median, "allreduce": allreduce, "pairs": rows,
             "suspects": suspects(rows), "problems": problems}
 

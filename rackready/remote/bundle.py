@@ -6,6 +6,7 @@ the same source gives the same SHA-256, which each result records.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
@@ -37,8 +38,6 @@ def build() -> tuple[bytes, str]:
     tar_bytes = raw.getvalue()
     digest = hashlib.sha256(tar_bytes).hexdigest()
     gz = io.BytesIO()
-    import gzip
-
     with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0) as f:
         f.write(tar_bytes)
     return gz.getvalue(), digest

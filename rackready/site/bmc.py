@@ -40,6 +40,7 @@ def bmc_access(fact: _Facts) -> BmcAccess | None:
     address = str(fact.get("rackready_bmc_address", "") or "")
     if not address:
         return None
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible.plugins.loader import init_plugin_loader
 
     init_plugin_loader()  # the credentials come through lookups (env), as in Ansible

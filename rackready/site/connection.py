@@ -3,10 +3,14 @@ arguments Ansible passes (ProxyJump, ProxyCommand, known_hosts, -F), become."""
 
 from __future__ import annotations
 
+import configparser
 import getpass
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+
+import paramiko
 
 from rackready.errors import UserError
 from rackready.site.paths import log
@@ -126,6 +130,7 @@ def connection_facts(fact: _Facts) -> dict:
     address = first.get("hostname") or address  # ssh connects to HostName when given
     checking = fact.get("ansible_host_key_checking", None)
     if checking is None:
+        # Ansible on first use: a heavy import, kept out of every command's startup
         from ansible import constants
 
         checking = constants.config.get_config_value("HOST_KEY_CHECKING")
@@ -167,9 +172,7 @@ def connection_facts(fact: _Facts) -> dict:
 
 def _cfg_ssh_args() -> str:
     """The ssh connection's ssh_args: ANSIBLE_SSH_ARGS, else ansible.cfg [ssh_connection]."""
-    import configparser
-    import os
-
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible import constants
 
     if "ANSIBLE_SSH_ARGS" in os.environ:
@@ -211,8 +214,6 @@ def _ssh_config(path: str | None, host: str, where: str) -> dict:
     """What an `ssh -F file` config says for host (ssh reads no other file then)."""
     if not path:
         return {}
-    import paramiko
-
     file = Path(path).expanduser()
     try:
         config = paramiko.SSHConfig.from_path(str(file))

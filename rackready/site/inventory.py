@@ -88,6 +88,7 @@ def _hosts(name: str, *, vault_files_needed: bool = False) -> tuple[Path, dict[s
 
 
 def _read(path: Path, vault_files_needed: bool = False) -> tuple[object, dict[str, dict]]:
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible import constants
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
@@ -198,6 +199,7 @@ def _serials(host: str, value: Any) -> tuple[str, ...]:
 def provisioned(hostvars: dict, path: Path, host: str = "") -> dict:
     """PROVISIONED_VARS as the roles resolve them: inventory variables over role defaults
     (Ansible's precedence), templated by Ansible. Plain data, ready for the site file."""
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible.errors import AnsibleError
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from rackready.errors import UserError
+from rackready.lab import config as lab_config
 from rackready.site.paths import INVENTORIES, inventory_path
 
 VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE or ANSIBLE_VAULT_IDENTITY_LIST, or "
@@ -17,6 +18,7 @@ VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE or ANSIBLE_VAULT_IDENTITY_LIST, o
 def vault_env(inventory: str | Path) -> dict[str, str]:
     """Environment for Ansible commands on this inventory: the lab's own vault
     password file when the inventory is the lab's and none is configured."""
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible import constants
 
     cfg = constants.config
@@ -30,14 +32,13 @@ def vault_env(inventory: str | Path) -> dict[str, str]:
     lab_dir = (INVENTORIES / "lab").resolve()
     if not path.is_relative_to(lab_dir):
         return {}
-    from rackready.lab import config as lab_config
-
     pw = lab_config.vault_password_file()
     return {"ANSIBLE_VAULT_PASSWORD_FILE": str(pw)} if pw.exists() else {}
 
 
 def _vault_secrets(loader, path: Path) -> None:
     """Vault passwords as ansible-playbook would find them (never prompting)."""
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible import constants
     from ansible.cli import CLI
 
@@ -55,6 +56,7 @@ def _vault_secrets(loader, path: Path) -> None:
 
 
 def _make_loader_class():
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible.parsing.dataloader import DataLoader
     from ansible.parsing.vault import is_encrypted
 
@@ -139,6 +141,7 @@ class _Facts:
         return self.v.get(key) is not None
 
     def get(self, key: str, default=None):
+        # Ansible on first use: a heavy import, kept out of every command's startup
         from ansible.errors import AnsibleError
 
         raw = self.v.get(key)
@@ -166,12 +169,14 @@ class _Facts:
         return str(value)
 
     def _template(self, raw):
+        # Ansible on first use: a heavy import, kept out of every command's startup
         from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode
 
         if isinstance(raw, AnsibleVaultEncryptedUnicode):
             return str(raw)  # decrypts, or raises "no vault secrets"
         if isinstance(raw, str) and ("{{" in raw or "{%" in raw):
             if self._templar is None:
+                # Ansible on first use: a heavy import, kept out of every command's startup
                 from ansible.template import Templar
 
                 self._templar = Templar(loader=self.v.get("_rackready_loader"),

@@ -56,6 +56,7 @@ class Manifest:
 def role_vars(inventory: str | Path, host: str, roles: tuple[str, ...] = ROLES) -> dict:
     """Every variable of `roles` as a play running them on `host` resolves it (untemplated
     values are templated on access through the returned Templar's variables)."""
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.playbook.play import Play
@@ -84,6 +85,7 @@ def role_vars(inventory: str | Path, host: str, roles: tuple[str, ...] = ROLES) 
 
 
 def _resolver(hv: dict, where: str):
+    # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible.errors import AnsibleError
     from ansible.template import Templar
 

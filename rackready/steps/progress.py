@@ -24,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rackready.sanitize import strip_control
+from validation.judge import judge
+from validation.model import CheckResult
 
 VERDICTS = ("PASS", "FAIL", "N/A", "ERROR")
 GREEN, RED, YELLOW = "32", "31", "33"
@@ -45,9 +47,6 @@ def check_verdict(result: dict, profile: Any) -> str:
     FAIL   any verdict of the check failed (a required check that could not run, too)
     PASS   it ended ok and every verdict of it passed
     """
-    from validation.judge import judge
-    from validation.model import CheckResult
-
     try:
         r = CheckResult.from_dict(result)
     except (KeyError, TypeError, ValueError, AttributeError):

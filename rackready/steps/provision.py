@@ -12,9 +12,10 @@ from pathlib import Path
 import yaml
 
 from rackready.errors import UserError
-from rackready.site.inventory import check_inventory
+from rackready.site.inventory import check_inventory, hosts_in_group
 from rackready.site.paths import PROJECT_ROOT, inventory_path
 from rackready.site.vault import vault_env
+from rackready.steps.offline_manifest import for_staging
 
 PLAYBOOKS = PROJECT_ROOT / "playbooks"
 
@@ -79,6 +80,7 @@ def run_playbook(
     forks: int = 20,
 ) -> RunResult:
     """Run a playbook; collect per-host stats and each failed host's first reason."""
+    # Ansible on first use: a heavy import, kept out of every command's startup
     import ansible_runner
 
     inv = inventory_path(str(inventory)) if not Path(inventory).is_file() else Path(inventory)
@@ -168,9 +170,6 @@ def build_bundle(
     quiet: bool = False,
 ) -> RunResult:
     """playbooks/offline_bundle.yml on the inventory's `staging` hosts."""
-    from rackready.site.inventory import hosts_in_group
-    from rackready.steps.offline_manifest import for_staging
-
     staging = hosts_in_group(str(inventory), "staging")
     if not staging:
         raise UserError(f"inventory '{inventory}' has no host in group 'staging' "

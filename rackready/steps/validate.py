@@ -32,6 +32,7 @@ from rackready.site import inventory, paths
 from rackready.steps import oob
 from rackready.steps import rack as rack_step
 from rackready.steps.progress import Board, check_verdict
+from validation.checks.registry import all_checks
 from validation.profile import ProfileError, load_profile
 
 LEVELS = ("quick", "standard", "burnin")
@@ -125,8 +126,6 @@ def _only(only: str | None) -> list[str] | None:
     names = [c.strip() for c in only.split(",") if c.strip()]
     if not names:
         raise UserError("--only needs check names (see `python -m validation checks`)")
-    from validation.checks.registry import all_checks
-
     unknown = sorted(set(names) - set(all_checks()))
     if unknown:
         raise UserError(f"--only: unknown check(s) {', '.join(unknown)} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rackready.report.build import build_documents
 from rackready.report.naming import limits_line
 from rackready.sanitize import strip_control
 
@@ -46,7 +47,5 @@ def summary_table(rack: dict[str, Any], node_docs: list[dict[str, Any]]) -> str:
 
 def terminal_summary(run_dir: Path) -> str:
     """Plain-text table for the run, from its report documents (built in memory)."""
-    from rackready.report.build import build_documents  # build imports this module's peers
-
     rack, node_docs = build_documents(Path(run_dir))
     return summary_table(rack, node_docs)

@@ -102,7 +102,7 @@ class _Steps:
 def _controller_packages(out: Out) -> str:
     """Install what is missing; returns why the PDF cannot be made ("" when it can)."""
     from rackready.lab.shell import missing_host_packages
-    from rackready.steps.testenv import ensure_controller_packages
+    from rackready.lab.testenv import ensure_controller_packages
 
     try:
         installed = ensure_controller_packages()
