@@ -5,8 +5,8 @@ run and this machine, and the result agrees with what the node streamed live.
 Each problem is a finding, {"kind", "outcome", "problem"}: kind one of KINDS, outcome
 INCOMPLETE (the result cannot be believed) or FAIL (the node's own evidence shows a
 fault), problem one line naming the parts. rackready.decide.node records them in the
-judgement's "integrity" list and decides from it (judging._decide); a node with a
-finding is never PASS.
+judgement's "integrity" list and decide.outcome.decide_node decides from it; a node
+with a finding is never PASS.
 """
 
 from __future__ import annotations

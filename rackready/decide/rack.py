@@ -1,6 +1,6 @@
-"""The rack-level step of `invoke validate --inventory`: after the node suites, the
-nodes of each fabric run validation.workloads.rack_nccl together (an all_reduce
-across all of them, then every pair rail by rail), and the controller judges it.
+"""The rack-level step's judgement (pure): what the nodes of each fabric measured
+together (rackready.steps.rack runs validation.workloads.rack_nccl: an all_reduce
+across all of them, then every pair rail by rail), judged by the controller.
 
 Fabric: the site's `rack.fabric` (rackready_validation_site) where given, else the
 node's fabric kind (ib, roce): nodes in one group are cabled to the same switches.
@@ -18,8 +18,8 @@ Each comparison is validation.judge.limit_outcome's: a provisional floor missed 
 its gross-fault line reads below_expected (a strict site fails it), past it FAIL.
 A failing pair's two nodes each get a FAIL verdict (scope "rack") naming the link:
 both nodes, the rail, both NICs, and the side whose port refused where known. The
-record goes to <run>/_rack/rack.json; rackready.decide.node carries the verdicts into
-the nodes' judgements and the rack report.
+record goes to <run>/_rack/rack.json; rackready.decide.judge carries the verdicts into
+the nodes' judgements, and decide.outcome words each group's outcome and the rack's.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from validation.model import Measurement
 NEEDS = (
     "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
     "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
-    "bmc",  # out of band: the controller reads the BMC (rackready/oob.py), no node check
+    "bmc",  # out of band: the controller reads the BMC (rackready/steps/oob.py), no node check
     # issue 16 (w16n): the whole physical host (its SMBIOS DIMM table, every memory
     # channel), not a VM slice of it: DIMM inventory and memory bandwidth
     "bare-metal",
