@@ -18,7 +18,6 @@ from validation.workloads.golden import (
 # Fewer nodes than this share no robust majority to compare with.
 FLEET_MIN_NODES = 3
 
-
 # --- the rack's reference-job curves compared with each other (issue 15) ---
 RACK_CURVE_METRIC = "fsdp.loss_rack_deviation"
 

@@ -1,4 +1,5 @@
-"""The limits record: how many verdicts rest on each tier of limit."""
+"""The limits record of a node judgement: how many verdicts rest on each tier of limit,
+how many read below expected, the site's choices (carried into every report)."""
 
 from __future__ import annotations
 

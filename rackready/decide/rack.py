@@ -37,15 +37,11 @@ from validation.model import Threshold
 # (judged per link, a FAIL verdict on both ends).
 RACK_CHECKS = ("rack.allreduce", "rack.pairwise")
 
-
 PAIR_METRIC, RATIO_METRIC = "rack.pair_busbw", "rack.pair_busbw_vs_median"
-
 
 AR_METRIC, AR_OK_METRIC = "rack.allreduce_busbw", "rack.allreduce_correct"
 
-
 SENDER = "from"  # the node whose workload sent a record (set by the controller)
-
 
 # Both ends of a link report it; their values must agree within this fraction of the
 # larger one (honest ends share the slower end's time, so they agree exactly).

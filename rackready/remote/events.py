@@ -140,7 +140,6 @@ def _result(v: Any) -> bool:
 _COMMON_FIELDS: tuple[tuple[str, Callable[[Any], bool]], ...] = (
     ("ts", _str), ("check", _str), ("node", _str), ("resumed", lambda v: isinstance(v, bool)))
 
-
 _EVENT_FIELDS: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     "run_started": (("run_id", _str), ("profile", _str), ("level", _str),
                     ("simulated", lambda v: isinstance(v, bool))),
@@ -156,7 +155,6 @@ _EVENT_FIELDS: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
                       and all(isinstance(x, dict) for x in v)), ("error", _str)),
     "run_finished": (("outcome", _str),),
 }
-
 
 _REQUIRED = {"progress": ("fraction",), "check_finished": ("check", "result"),
              "measurement": ("measurement",), "check_started": ("check",)}

@@ -20,7 +20,6 @@ from rackready.sanitize import one_line, strip_control
 
 MAX_NAME_BYTES = 255  # one artifact file or directory name
 
-
 MAX_DEPTH = 8  # directory levels under artifacts/
 
 

@@ -15,9 +15,7 @@ from rackready.sanitize import one_line
 
 EXIT_GRACE_S = 2.0  # after the exit status, how long to wait for an EOF that may never come
 
-
 _CHUNK = 1 << 16
-
 
 _TAIL = 4 << 10  # the end of a capped stream kept beside its head (its last error line)
 

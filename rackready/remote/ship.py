@@ -15,12 +15,9 @@ from rackready.sanitize import one_line
 
 LOCK_HELD_RC = 75  # flock -E: the lock is held by another suite
 
-
 _SAFE_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
-
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 

@@ -34,9 +34,7 @@ _SSH_KEYS = {"proxyjump": "ProxyJump", "proxycommand": "ProxyCommand",
              "stricthostkeychecking": "StrictHostKeyChecking", "identityfile": "IdentityFile",
              "port": "Port", "user": "User", "hostname": "HostName"}
 
-
 _FLAG_OPTION = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
-
 
 _NO_VALUE_FLAGS = set("46AaCfGgKkMNnqsTtVvXxYy")  # ssh's single-letter flags without argument
 

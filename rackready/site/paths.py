@@ -11,9 +11,7 @@ from rackready.errors import UserError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-
 INVENTORIES = PROJECT_ROOT / "inventories"
-
 
 # the site layer's one log: what an inventory skips or ignores
 log = logging.getLogger("rackready.site")

@@ -28,13 +28,10 @@ from rackready.sanitize import one_line, replace_surrogates_in
 
 RDZV_PORT = 29401
 
-
 OUT = "/var/tmp/rackready-rack"
-
 
 # Workload sizes: the lab moves a few MiB over one veth; real rails 64/256 MiB.
 SIZES = {"cpu": ("4M", "4M", "1", "3", "3"), "cuda": ("64M", "256M", "5", "20", "3")}
-
 
 # Seconds the whole workload may take on a node (a peer that never joins the rendezvous
 # must not hold the run for long): the lab's tiny sizes, or real rails.

@@ -1,4 +1,5 @@
-"""The figures"""
+"""The figures of a node report (bus bandwidth, burn-in, per GPU, loss curve), as data
+the plotter draws (rackready.report.render.plots)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a report page says in words"""
+"""What a report page says in words: banners, the reason line, identity, BMC, sign-off,
+references (pure functions of a report document; nothing here decides)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ from rackready.report import naming
 
 OUTCOMES = ("PASS", "FAIL", "PARTIAL", "INCOMPLETE")
 
-
 BANNERS = {
     "PARTIAL": "PARTIAL \u2014 only part of the acceptance suite was run; not a full acceptance",
     "INCOMPLETE": "INCOMPLETE \u2014 the run did not finish; no verdict can pass",
 }
-
 
 SIM_BANNER = "SIMULATED \u2014 lab run on simulated hardware; not a hardware acceptance"
 
@@ -143,7 +142,6 @@ def identity(doc: dict[str, Any]) -> list[tuple[str, str]]:
 # firmware components in the order a technician reads them
 _FW_ORDER = ("bios", "bmc", "cpld", "hgx", "gpu", "nic", "drive", "psu", "other")
 
-
 _FW_NAMES = {"bios": "BIOS", "bmc": "BMC", "cpld": "CPLD", "hgx": "HGX baseboard",
              "gpu": "GPU VBIOS", "nic": "NIC", "drive": "drive", "psu": "PSU",
              "other": "other"}
@@ -231,10 +229,8 @@ def signoff(doc: dict[str, Any]) -> dict[str, Any]:
 NCCL_TESTS_REF = re.compile(r"nccl-tests (?P<ver>[\d.]+)[^:]*:\s*(?P<bw>[\d.]+) GB/s at "
                             r"(?P<size>[\d.]+) (?P<unit>KiB|MiB|GiB)")
 
-
 BENCH_REF = re.compile(r"(?P<bw>[\d,.]+) GB/s (?P<op>[a-z_]+) (?P<size>[\d.]+) "
                        r"(?P<unit>KiB|MiB|GiB) \(torch")
-
 
 _UNIT = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 

@@ -1,4 +1,5 @@
-"""The verdict and measurement tables"""
+"""The verdict and measurement tables of a node report: failures, key figures, the
+appendix of every check (pure functions of a report document)."""
 
 from __future__ import annotations
 
