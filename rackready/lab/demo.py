@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from rackready.errors import EnvironmentProblem, UserError
+from rackready.lab import lab
+from rackready.lab.shell import missing_host_packages
+from rackready.lab.testenv import ensure_controller_packages
+from rackready.report import build as report_build
+from rackready.report.errors import ReportError
 from rackready.sanitize import one_line
+from rackready.steps.provision import report_run, run_playbook
+from rackready.steps.validate import run_validation
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR = PROJECT_ROOT / "runs" / "demo"
@@ -35,10 +42,6 @@ Out = Callable[[str], None]
 def run_demo(nodes: int = 2, out: Out = print) -> int:
     if nodes < 2:
         raise UserError("the demo needs at least 2 nodes: one healthy, one faulty")
-    from rackready.lab import lab
-    from rackready.steps.provision import report_run, run_playbook
-    from rackready.steps.validate import run_validation
-
     step = _Steps(out)
     with step("controller packages (lab, Chromium and a font for the PDF)"):
         no_pdf = _controller_packages(out)
@@ -63,9 +66,7 @@ def run_demo(nodes: int = 2, out: Out = print) -> int:
         # leaves the others written
         run_validation(node=None, inventory="lab", level="quick", out=str(RUN_DIR),
                        formats="json")
-    from rackready.report.build import report_dir_for
-
-    report_dir = report_dir_for(RUN_DIR)
+    report_dir = report_build.report_dir_for(RUN_DIR)
     with step("report --format html,junit,pdf"):
         problems = write_rendered(report_dir, out, known={"pdf": no_pdf} if no_pdf else {})
     shown = judge_demo(report_dir, [s.name for s in specs], faulty, out)
@@ -101,9 +102,6 @@ class _Steps:
 
 def _controller_packages(out: Out) -> str:
     """Install what is missing; returns why the PDF cannot be made ("" when it can)."""
-    from rackready.lab.shell import missing_host_packages
-    from rackready.lab.testenv import ensure_controller_packages
-
     try:
         installed = ensure_controller_packages()
     except EnvironmentProblem as exc:
@@ -122,13 +120,10 @@ def write_rendered(report_dir: Path, out: Out, known: dict[str, str] | None = No
     """HTML, JUnit and PDF from the run's JSON reports, each format on its own: one that
     cannot be written is named with its reason (`known`: a cause found earlier), in one
     line; the others are still written."""
-    from rackready.report.build import render_reports
-    from rackready.report.errors import ReportError
-
     problems = []
     for fmt in RENDERED:
         try:
-            render_reports(report_dir, {fmt})
+            report_build.render_reports(report_dir, {fmt})
         except (ReportError, UserError, OSError) as exc:
             why = (known or {}).get(fmt) or one_line(str(exc))
             problems.append(f"{fmt.upper()} reports not written: {why}")

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from rackready.lab.shell import apt_install, missing_host_packages
+from rackready.report.render.pdf import find_chromium
 
 # the report stylesheet's first font; without any font Chromium prints empty boxes
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
@@ -18,8 +19,6 @@ FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 
 def missing_report_packages() -> list[str]:
     """Debian packages the PDF reports (and the browser test) lack on this controller."""
-    from rackready.report.render.pdf import find_chromium
-
     missing = []
     if not find_chromium():
         missing.append("chromium")
