@@ -82,7 +82,7 @@ def required(**flags) -> None:
 def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False):
     """Provision nodes: Ansible roles from OS baseline to RDMA and NVMe RAID."""
     required(inventory=inventory)
-    from rackready.provision import run_playbook
+    from rackready.steps.provision import run_playbook
 
     _exit_with(run_playbook(inventory, limit=limit, tags=tags, check=check, diff=diff))
 
@@ -101,7 +101,7 @@ def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False)
 def bundle(c, inventory=None, key_id=None, limit=None, dir=None, wheelhouse=None):
     """Build the offline bundle (signed apt repository + wheelhouse) for air-gapped racks."""
     required(inventory=inventory)
-    from rackready.provision import build_bundle
+    from rackready.steps.provision import build_bundle
 
     _exit_with(build_bundle(inventory, key_id=key_id, limit=limit, bundle_dir=dir,
                             wheelhouse=wheelhouse))
@@ -109,7 +109,7 @@ def bundle(c, inventory=None, key_id=None, limit=None, dir=None, wheelhouse=None
 
 def _exit_with(result) -> None:
     """One line per host, then exit 1 if any host failed."""
-    from rackready.provision import report_run
+    from rackready.steps.provision import report_run
 
     code = report_run(result)
     if code:
@@ -136,7 +136,7 @@ def _exit_with(result) -> None:
 def validate(c, node=None, inventory="lab", level="quick", out=None,
              report_formats="json,html,pdf,junit", only=None, resume=None):
     """Validate nodes over SSH: checks, burn-in, collectives, FSDP job, rack step -> verdicts."""
-    from rackready.validate import run_validation
+    from rackready.steps.validate import run_validation
 
     code = run_validation(node=node, inventory=inventory, level=level, out=out,
                           formats=report_formats, only=only, resume=resume)
@@ -155,7 +155,7 @@ def validate(c, node=None, inventory="lab", level="quick", out=None,
 @user_errors
 def calibrate(c, inventory=None, nodes=None, level="standard", out=None):
     """Calibrate the performance floors on known-good nodes: one overlay per profile."""
-    from rackready.calibrate import run_calibration
+    from rackready.steps.calibrate import run_calibration
 
     required(inventory=inventory, nodes=nodes)
     code = run_calibration(inventory, nodes, level=level, out=out)
@@ -305,7 +305,7 @@ def _print_status(rows) -> None:
 @user_errors
 def demo(c, nodes=2):
     """The main job on the lab: lab up, provision, inject a fault, validate, report."""
-    from rackready.demo import run_demo
+    from rackready.lab.demo import run_demo
 
     code = run_demo(int(nodes))
     if code:
@@ -366,7 +366,7 @@ def test(c, k=None, unit=False, lab=False, browser=False, packages=False):
     picked = [t for t, on in (("unit", unit), ("lab", lab), ("browser", browser)) if on]
     tiers = picked or [t for t in TEST_TIERS if not (k and t == "lint")]
     if packages or tiers != ["unit"]:
-        from rackready.testenv import ensure_test_packages
+        from rackready.lab.testenv import ensure_test_packages
 
         ensure_test_packages()
     codes = {}
@@ -394,8 +394,8 @@ def test(c, k=None, unit=False, lab=False, browser=False, packages=False):
 
 @task
 def lint(c):
-    """ruff, yamllint and ansible-lint (production profile) over the tree; mypy over
-    validation/."""
+    """ruff, yamllint, ansible-lint (production profile), mypy over validation/ and the
+    layer contract (lint-imports: pyproject's [tool.importlinter]) over the tree."""
     bindir = Path(sys.executable).parent
     failed = False
     for cmd in (
@@ -403,9 +403,12 @@ def lint(c):
         f"{bindir}/yamllint -s .",
         f"{bindir}/ansible-lint",
         f"{bindir}/mypy validation/",  # the node side; [tool.mypy] in pyproject.toml
+        f"{bindir}/lint-imports",
     ):
         print(f"$ {cmd}")
-        failed |= bool(c.run(cmd, warn=True, env={"PATH": f"{bindir}:{os.environ['PATH']}"}).exited)
+        # PYTHONPATH: lint-imports reads this tree's packages, not an installed copy
+        env = {"PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+        failed |= bool(c.run(cmd, warn=True, env=env).exited)
     if failed:
         raise Exit("lint failed", code=1)
 

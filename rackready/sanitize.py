@@ -6,7 +6,7 @@ into any string it sends. strip_control removes them and keeps the rest.
 
 A node can also send lone surrogates ("\\ud800" is valid JSON but no Unicode
 text: it has no UTF-8 form, so writing it raises). replace_surrogates turns
-each into the visible escape it came as; rackready.rundir does that to all
+each into the visible escape it came as; rackready.run.rundir does that to all
 node data as it is read, and strip_control does it too, for the renderers.
 """
 

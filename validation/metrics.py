@@ -110,7 +110,7 @@ _CORE: list[Metric] = [
     # kernel
     _m("kernel.cmdline_token", "", "token present on the kernel command line", "equal"),
     _m("kernel.nouveau_loaded", "", "nouveau module loaded", "equal"),
-    # out of band (BMC, Redfish; measured by the controller, rackready/oob.py)
+    # out of band (BMC, Redfish; measured by the controller, rackready/steps/oob.py)
     _m("bmc.firmware.version", "", "firmware version by component (bios, bmc, cpld, hgx, gpu, "
        "nic, drive, psu; labelled); judged only where the profile sets a minimum", "higher",
        judged=False),

@@ -93,7 +93,7 @@ def group_vars() -> dict:
             # lab and CI hosts forbid NVLink multicast, whatever the profile says
             "nccl_nvls_enable": False,
             # rack-level step: every lab node hangs off the one lab bridge (host0), so
-            # they are one fabric whatever their simulated IB/RoCE (rackready.rack_checks)
+            # they are one fabric whatever their simulated IB/RoCE (rackready.decide.rack)
             "rack": {"fabric": "lab-network", "socket_ifname": "host0"},
             "workloads": {
                 "device": "cpu",

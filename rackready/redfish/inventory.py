@@ -1,7 +1,7 @@
 """Identity, firmware, chassis health and logs, read by following Redfish links.
 
 Returns plain data (no opinions): the controller turns it into measurements that
-the same judge as every other check decides on (rackready.oob).
+the same judge as every other check decides on (rackready.steps.oob).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ rendered from it and never re-judges a result.
 from __future__ import annotations
 
 from rackready.report.build import FORMATS, build_reports, render_reports
-from rackready.report.canonical import verify_report
 from rackready.report.diff import compare_runs, diff_runs
 from rackready.report.errors import ReportError
-from rackready.report.signing import sign_reports, verify_report_dir
-from rackready.report.summary import terminal_summary
+from rackready.report.render.summary import terminal_summary
+from rackready.report.seal.canonical import verify_report
+from rackready.report.seal.signing import sign_reports, verify_report_dir
 
 __all__ = [
     "FORMATS",

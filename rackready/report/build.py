@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rackready.report.canonical import read_report, report_sha256, write_report
+from rackready.decide.judge import judged
 from rackready.report.document import (
     build_node_report,
     build_rack_report,
@@ -17,14 +17,22 @@ from rackready.report.document import (
     now_iso,
 )
 from rackready.report.errors import ReportError
-from rackready.report.html import render_node_html, render_rack_html
-from rackready.report.junit import render_junit
-from rackready.report.loader import load_run
-from rackready.report.pdf import html_to_pdf
+from rackready.report.loader import RunData, load_judged, open_run
+from rackready.report.render.html import render_node_html, render_rack_html
+from rackready.report.render.junit import render_junit
+from rackready.report.render.pdf import html_to_pdf
 from rackready.report.schema import validate_report
-from rackready.rundir import REPORT_DIRNAME
+from rackready.report.seal.canonical import read_report, report_sha256, write_report
+from rackready.run.rundir import REPORT_DIRNAME
 
 FORMATS = frozenset({"json", "html", "pdf", "junit"})
+
+
+def load_run(run_dir: Path) -> RunData:
+    """A run as the reports read it: judged first (rackready.decide; a run already
+    judged is read as judged, nothing is written), then loaded."""
+    run = open_run(Path(run_dir))
+    return load_judged(run, judged(run))
 
 
 def build_documents(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:

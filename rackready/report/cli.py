@@ -15,10 +15,12 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
+from rackready.errors import UserError
 from rackready.report.build import FORMATS, build_documents, build_reports, render_reports
 from rackready.report.diff import DEFAULT_NOISE, compare_runs, diff_runs, format_diff
 from rackready.report.errors import ReportError
-from rackready.report.signing import (
+from rackready.report.render.summary import summary_table, terminal_summary
+from rackready.report.seal.signing import (
     MANIFEST,
     PASSPHRASE_ENV,
     fingerprint,
@@ -30,7 +32,7 @@ from rackready.report.signing import (
     verify_report_dir,
     write_manifest,
 )
-from rackready.report.summary import summary_table, terminal_summary
+from rackready.sanitize import one_line
 
 
 def _formats(text: str) -> set[str]:
@@ -118,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def parse_formats(text: str) -> set[str]:
     """"json,html" -> {"json", "html"}; a wrong name is the person's mistake."""
-    from rackready.errors import UserError
-
     chosen = {f.strip() for f in (text or "").split(",") if f.strip()}
     if not chosen or chosen - FORMATS:
         raise UserError(f"--format: choose from {','.join(sorted(FORMATS))}, not '{text}'")
@@ -128,8 +128,6 @@ def parse_formats(text: str) -> set[str]:
 
 def write_reports(run_dir: Path, formats: str) -> list[Path]:
     """Write the reports of a run and print where; report problems as one line."""
-    from rackready.errors import UserError
-
     try:
         paths = build_reports(Path(run_dir), parse_formats(formats))
     except ReportError as e:
@@ -186,9 +184,6 @@ def sign_run(report: Path, name: str, key_path: Path,
 def _what_is_verified(report: Path) -> str:
     """The run, inventory, outcome and signer the folder claims, so two racks' signed
     folders are told apart (the claim itself is what the lines below verify)."""
-    from rackready.report.signing import resolve_report_dir
-    from rackready.sanitize import one_line
-
     try:
         rack = json.loads((resolve_report_dir(report) / "rack.json").read_text("utf-8"))
         signoff = rack.get("signoff") or {}
@@ -225,8 +220,6 @@ def keygen(out: Path) -> str:
 def report_command(run: str | None, formats: str, diff: str | None, sign: str | None,
                    key: str | None = None) -> int:
     """`invoke report`: build (default), --diff A,B, or --sign NAME --key KEY."""
-    from rackready.errors import UserError
-
     try:
         if diff:
             parts = [p for p in diff.split(",") if p]
@@ -257,8 +250,6 @@ def report_command(run: str | None, formats: str, diff: str | None, sign: str | 
 
 def verify_command(report: str | None, pubkey: str | None) -> int:
     """`invoke verify`: 0 all files verify, 1 a file fails; bad input is a UserError."""
-    from rackready.errors import UserError
-
     if not report or not pubkey:
         raise UserError("verify takes --report RUN/report and --pubkey operator.pub")
     try:
@@ -268,8 +259,6 @@ def verify_command(report: str | None, pubkey: str | None) -> int:
 
 
 def keygen_command(out: str | None) -> int:
-    from rackready.errors import UserError
-
     if not out:
         raise UserError("--out is required: the private key file to create")
     try:

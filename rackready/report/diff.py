@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rackready.report import naming
+from rackready.report.build import build_documents
 from rackready.report.document import is_number
 
 # Labels that name a part, not a position: a replaced GPU keeps its index but not these.
@@ -82,8 +83,6 @@ def compare_nodes(a: dict[str, Any], b: dict[str, Any], noise: float = DEFAULT_N
 
 
 def compare_runs(run_a: Path, run_b: Path, noise: float = DEFAULT_NOISE) -> RunDiff:
-    from rackready.report.build import build_documents
-
     rack_a, docs_a = build_documents(Path(run_a))
     rack_b, docs_b = build_documents(Path(run_b))
     by_a = {d["node"]: d for d in docs_a}

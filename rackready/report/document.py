@@ -1,7 +1,7 @@
 """Build the report documents (the JSON source of truth) from loaded run data.
 
 Outcome, reason, verdicts and each failing part's wording come from the
-controller's judgement (rackready.judging) and are copied, never re-decided;
+controller's judgement (rackready.decide.node) and are copied, never re-decided;
 the node's own claim is kept only as "claimed_outcome".
 """
 
@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
-from rackready.judging import OUTCOMES, rack_outcome
-from rackready.report.canonical import empty_signoff, seal
+from rackready.decide.outcome import OUTCOMES
 from rackready.report.loader import NodeRun, RunData
+from rackready.report.seal.canonical import empty_signoff, seal
 
 REPORT_SCHEMA_VERSION = "1.0"
 
@@ -193,7 +193,7 @@ LIMIT_KEYS = ("judged", "spec", "measured", "provisional", "calibrated", "below_
 
 
 def limits_of(j: dict[str, Any]) -> dict[str, Any]:
-    """The judgement's count of verdicts by the tier of their limit (rackready.judging)."""
+    """The judgement's count of verdicts by the tier of their limit (rackready.decide.node)."""
     raw = j.get("limits") if isinstance(j.get("limits"), dict) else {}
     out: dict[str, Any] = {k: int(raw.get(k) or 0) for k in LIMIT_KEYS}
     out["provisional_limits"] = "strict" if raw.get("provisional_limits") == "strict" \
@@ -210,12 +210,7 @@ def _failure_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
                       generated: str) -> dict[str, Any]:
     outcomes = [d["outcome"] for d in node_docs]
-    # --- rack-level step (rackready.rack_checks): its fabrics count toward the rack ---
-    from rackready.rack_checks import rack_outcome_of, read_rack, report_groups
-
-    rack_step = read_rack(data.path)
-    outcome = rack_outcome(outcomes + rack_outcome_of(rack_step))
-    # --- end rack-level step ---
+    rack_step = data.rack_step
     run = data.run
     unreported = [d["node"] for d in node_docs if d["outcome"] == "INCOMPLETE"]
     doc = {
@@ -229,8 +224,8 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
         "simulated": any(d["simulated"] for d in node_docs),
         "operator_info": {str(k): str(v) for k, v in (run.get("operator") or {}).items()},
         "generator": {"name": "rackready.report", "version": generator_version()},
-        "outcome": outcome,
-        "outcome_reason": _rack_reason(outcome, node_docs, rack_step),
+        "outcome": data.rack["outcome"],
+        "outcome_reason": data.rack["outcome_reason"],
         "partial": any(d["scope"]["partial"] for d in node_docs),
         "level": run.get("level"),
         "planned_nodes": [n["name"] for n in run.get("nodes") or []],
@@ -250,15 +245,26 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
     return seal(doc)
 
 
-def _rack_reason(outcome: str, node_docs: list[dict[str, Any]],
-                 rack_step: dict[str, Any] | None = None) -> str:
-    if outcome == "PASS":
-        return ""
-    hit = [d for d in node_docs if d["outcome"] == outcome]
-    groups = [g for g in (rack_step or {}).get("groups", []) if g["outcome"] == outcome]
-    if groups and not hit:  # only the rack-level step did not pass
-        g = groups[0]
-        return f"{outcome}: rack step on fabric {g['fabric']} ({g['outcome_reason']})"
-    names = ", ".join(d["node"] for d in hit[:6]) + (" …" if len(hit) > 6 else "")
-    first = hit[0]["outcome_reason"] if hit else ""
-    return f"{outcome}: {names}" + (f" ({first})" if len(hit) == 1 and first else "")
+def report_groups(rack: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rack report's view of the step: every group, its links and its judgement."""
+    out = []
+    for g in rack.get("groups", []):
+        ar = g.get("allreduce")
+        out.append({
+            "fabric": g["fabric"], "outcome": g["outcome"],
+            "outcome_reason": g["outcome_reason"], "planned": g["planned"],
+            "members": g["members"], "left_out": g["left_out"],
+            "median_rail_gbps": g.get("median_rail_gbps"),
+            "allreduce": None if ar is None else {
+                k: ar.get(k) for k in ("value", "unit", "correct", "outcome", "message",
+                                       "threshold", "labels")},
+            "pairs": [{k: p.get(k) for k in ("node_a", "node_b", "rail", "nic_a", "nic_b",
+                                              "value", "unit", "vs_median", "refused",
+                                              "simulated", "outcome", "threshold")}
+                      | {"messages": [f["message"] for f in p["failures"]] + [
+                          f"below expected (provisional limit): {f['message']}"
+                          for f in p.get("below_expected", [])]}
+                      for p in g.get("pairs", [])],
+            "suspects": g.get("suspects", []), "problems": g.get("problems", []),
+        })
+    return out

@@ -1,11 +1,12 @@
-"""Load a run for the reports: through rackready.rundir, judged by the controller.
+"""Load a judged run for the reports: through rackready.run.rundir, with the controller's
+judgements (rackready.decide) handed in; an unjudged run is refused.
 
 Every planned node gets a NodeRun, including one that never reported (its
 result is an empty skeleton, its judgement says why). A node whose result.json
 is missing or unreadable is rebuilt from its event stream (the checks that
 finished before it dropped). The outcome is never decided here: it comes from
-the node's judgement.json (rackready.judging) in a controller's run directory, judged
-now when absent; a bare node folder is always judged now (its judgement.json, if any,
+the judgements rackready.decide.judge.judged gives (the node's judgement.json in a
+controller's run directory; a bare node folder judged anew, its judgement.json, if any,
 came from the node).
 
 Layouts accepted:
@@ -19,13 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rackready.decide.node import parse_checks
 from rackready.errors import UserError
 from rackready.report.errors import ReportError
-from rackready.result_shape import conform_result
-from rackready.rundir import RunDir, sha256_file
-
-# Measurement status for a check that started but never finished (report-only value).
-INTERRUPTED = "interrupted"
+from rackready.run.rebuild import result_from_events
+from rackready.run.rundir import RunDir, sha256_file
 
 
 @dataclass
@@ -46,35 +45,42 @@ class RunData:
     path: Path
     run: dict[str, Any]
     nodes: list[NodeRun]
+    rack: dict[str, Any]  # the rack's judgement (rackready.decide.outcome.rack_judgement)
+    rack_step: dict[str, Any] = field(default_factory=dict)  # <run>/_rack/rack.json
 
 
-def load_run(run_dir: Path) -> RunData:
-    """Load every node of a run directory; raise ReportError for unusable input."""
-    from rackready.judging import judge_run
-
+def open_run(run_dir: Path) -> RunDir:
+    """A run directory with node data in it; ReportError for unusable input."""
     try:
         run = RunDir.open(run_dir)
     except UserError as e:
         raise ReportError(str(e)) from None
-    names = run.node_names()
-    if not names:
+    if not run.node_names():
         raise ReportError(
             f"no node results in {run_dir}: expected {run_dir}/<node>/result.json "
             "or events.jsonl"
         )
-    # A bare node folder (no run.json) holds only what the node wrote: a judgement.json
-    # there is the node's word, never the controller's, so it is judged here, always.
-    judgements = ({n: run.read_judgement(n) for n in names} if run.plan is not None
-                  else {})
-    if not judgements or not all(judgements.values()):
-        judgements = judge_run(run, write=False)
+    return run
+
+
+def load_judged(run: RunDir, judged: tuple[dict[str, dict[str, Any]], dict[str, Any]]
+                ) -> RunData:
+    """Load every node of a judged run: `judged` is rackready.decide.judge.judged(run),
+    every node's judgement and the rack's. A run without them is refused: a report only
+    reads what the controller decided (`invoke report` judges first)."""
+    judgements, rack = judged
+    names = run.node_names()
+    unjudged = [n for n in names if not judgements.get(n)]
+    if unjudged or not rack.get("outcome"):
+        raise ReportError(f"{run.path}: not judged ({', '.join(unjudged[:3]) or 'the rack'} "
+                          "has no judgement); a report reads the controller's judgement: "
+                          "judge the run first (invoke report does)")
     nodes = [_load_node(run, n, judgements[n]) for n in names]
-    return RunData(path=Path(run_dir), run=_run_info(run, nodes), nodes=nodes)
+    return RunData(path=run.path, run=_run_info(run, nodes), nodes=nodes, rack=rack,
+                   rack_step=run.read_rack())
 
 
 def _load_node(run: RunDir, name: str, judgement: dict[str, Any]) -> NodeRun:
-    from rackready.judging import parse_checks
-
     paths = run.paths(name)
     loaded = run.read_result(name)
     result = loaded.result
@@ -109,48 +115,6 @@ def _run_info(run: RunDir, nodes: list[NodeRun]) -> dict[str, Any]:
     }
 
 
-def result_from_events(events: list[dict[str, Any]], fallback_name: str,
-                       problems: list[str] | None = None) -> dict[str, Any]:
-    """Rebuild a result.json-shaped dict from what the node streamed before it stopped
-    (in the controller's shape: rackready.result_shape; the judgement names what was not)."""
-    res: dict[str, Any] = {
-        "schema_version": None, "run_id": None, "node": fallback_name, "hostname": None,
-        "profile": None, "level": None, "simulated": False, "started": None,
-        "finished": None, "tool_versions": {}, "bundle_sha256": None, "inventory": {},
-        "checks": [], "verdicts": [], "outcome": "INCOMPLETE", "thresholds": [],
-        "artifacts": {},
-    }
-    open_checks: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        kind = ev["event"]
-        check = ev.get("check")
-        if kind == "run_started":
-            for key in ("run_id", "node", "profile", "level"):
-                if ev.get(key) is not None:
-                    res[key] = ev[key]
-            res["simulated"] = bool(ev.get("simulated", False))
-            res["started"] = ev.get("ts")
-        elif kind == "check_started" and isinstance(check, str):
-            open_checks[check] = {"needs": list(ev.get("needs") or []), "measurements": [],
-                                  "ts": ev.get("ts")}
-        elif kind == "measurement" and isinstance(check, str):
-            open_checks.setdefault(check, {"needs": [], "measurements": [], "ts": None})
-            open_checks[check]["measurements"].append(ev.get("measurement"))
-        elif kind == "check_finished" and isinstance(ev.get("result"), dict):
-            res["checks"].append(ev["result"])
-            open_checks.pop(ev["result"].get("check", check), None)
-        if ev.get("ts"):
-            res["finished"] = ev["ts"]
-    for name, partial in open_checks.items():
-        res["checks"].append({
-            "check": name, "status": INTERRUPTED, "duration_s": 0.0,
-            "measurements": [m for m in partial["measurements"] if isinstance(m, dict)],
-            "message": "the node stopped before this check finished; measurements so far",
-            "needs": partial["needs"],
-        })
-    return conform_result(res, problems if problems is not None else [])
-
-
 def hash_artifacts(node_dir: Path) -> dict[str, str]:
     """sha256 of every fetched raw artifact, keyed by path relative to the node folder."""
     root = node_dir / "artifacts"
@@ -161,5 +125,3 @@ def hash_artifacts(node_dir: Path) -> dict[str, str]:
         if p.is_file():
             out[p.relative_to(node_dir).as_posix()] = sha256_file(p)
     return out
-
-

@@ -1,4 +1,7 @@
-"""Words for what failed: a verdict's labels turned into the component a technician acts on."""
+"""How a report writes what it shows: places, limits and their tiers, values, metric names.
+
+The failing part in words (a verdict's "component") is the judge's, written by
+rackready.decide.outcome and only copied here."""
 
 from __future__ import annotations
 
@@ -9,42 +12,12 @@ from typing import Any
 COMPONENT_KEYS = ("gpu", "nvswitch", "nic", "hca", "port", "link", "nvme", "disk", "device")
 
 
-def gpu_serial(inventory: dict[str, Any], gpu: str) -> str | None:
-    """Serial of GPU `gpu` from inventory["gpus"]: a dict keyed by index (the node
-    suite's shape) or a list of entries matched on "index", else position."""
-    gpus = inventory.get("gpus")
-    if isinstance(gpus, dict):
-        entry = gpus.get(gpu)
-        return str(entry["serial"]) if isinstance(entry, dict) and entry.get("serial") else None
-    if not isinstance(gpus, list):
-        return None
-    for pos, g in enumerate(gpus):
-        if isinstance(g, dict) and str(g.get("index", pos)) == gpu and g.get("serial"):
-            return str(g["serial"])
-    return None
-
-
 def short_place(labels: dict[str, str]) -> str:
     """'GPU 3', 'GPU 0 → 1', 'GPU 2 link 5', 'port mlx5_0/1': where, without serials."""
     if "src" in labels and "dst" in labels:
         return f"GPU {labels['src']}\u2192{labels['dst']}"
     return " ".join(f"{'GPU' if k == 'gpu' else k} {labels[k]}" for k in COMPONENT_KEYS
                     if k in labels)
-
-
-def component(labels: dict[str, str], inventory: dict[str, Any] | None = None) -> str:
-    """'GPU 3 (serial 1654…)', 'port mlx5_0/1', or '' when the verdict is node-wide."""
-    parts = []
-    for key in COMPONENT_KEYS:
-        if key in labels:
-            name = "GPU" if key == "gpu" else key
-            parts.append(f"{name} {labels[key]}")
-    if not parts:
-        return ""
-    serial = labels.get("serial")
-    if serial is None and "gpu" in labels and inventory:
-        serial = gpu_serial(inventory, labels["gpu"])
-    return " ".join(parts) + (f" (serial {serial})" if serial else "")
 
 
 def labels_text(labels: dict[str, str]) -> str:

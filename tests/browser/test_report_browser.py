@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_report_synthetic import healthy_and_faulty  # noqa: E402
 
 from rackready.report.build import build_reports  # noqa: E402
-from rackready.report.pdf import chromium_command, find_chromium  # noqa: E402
+from rackready.report.render.pdf import chromium_command, find_chromium  # noqa: E402
 
 pytestmark = pytest.mark.browser
 

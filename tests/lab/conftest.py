@@ -57,7 +57,7 @@ def lab_nodes() -> Lab:
 @pytest.fixture(scope="session")
 def provisioned_lab(lab_nodes) -> Lab:
     """The lab after `invoke provision --inventory lab` (a no-op if already converged)."""
-    from rackready.provision import run_playbook
+    from rackready.steps.provision import run_playbook
 
     result = run_playbook(lab_nodes.inventory, quiet=True)
     assert result.rc == 0, result.failures

@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready.inventory import PROJECT_ROOT
 from rackready.lab import lab
 from rackready.lab.hwsim.sysroot import read_node_state
 from rackready.lab.redfish import bmc
 from rackready.lab.redfish.faults import FAULT_KINDS
+from rackready.site.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.lab
 

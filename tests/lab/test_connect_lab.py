@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from rackready import inventory, ssh
 from rackready.lab import config, keys
 from rackready.lab.inventory import LAB_INVENTORY
 from rackready.lab.shell import run
-from rackready.validate import NODE_BASE, run_validation
+from rackready.remote import ssh
+from rackready.site import inventory
+from rackready.steps.validate import NODE_BASE, run_validation
 
 pytestmark = pytest.mark.lab
 

@@ -17,7 +17,7 @@ from fault_expectations import HARDWARE_CHECKS, LAB_FAULT_KINDS, expected_failur
 
 from rackready.lab import lab
 from rackready.lab.hwsim.sysroot import read_node_state
-from rackready.validate import run_validation
+from rackready.steps.validate import run_validation
 
 pytestmark = pytest.mark.lab
 

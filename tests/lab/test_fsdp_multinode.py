@@ -12,10 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rackready import bundle, inventory, ssh
-from rackready.node_session import build_remote_command, ship_bundle
-from rackready.rundir import new_run_id
-from rackready.validate import NODE_BASE, NODE_VENV
+from rackready.remote import bundle, ssh
+from rackready.remote.runner import build_remote_command
+from rackready.remote.session import ship_bundle
+from rackready.run.rundir import new_run_id
+from rackready.site import inventory
+from rackready.steps.validate import NODE_BASE, NODE_VENV
 from validation.profile import load_profile
 
 pytestmark = pytest.mark.lab

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rackready.lab import nodes
-from rackready.validate import run_validation
+from rackready.steps.validate import run_validation
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("node-drop")]
 

@@ -22,15 +22,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready import bundle as bundle_mod
-from rackready import inventory, ssh, validate
 from rackready.lab import repo
 from rackready.lab.inventory import group_vars
-from rackready.node_session import build_remote_command, ship_bundle
-from rackready.offline_manifest import KERNEL_FACT, manifest
-from rackready.provision import build_bundle, run_playbook
-from rackready.rundir import new_run_id
-from rackready.validate import NODE_BASE
+from rackready.remote import bundle as bundle_mod
+from rackready.remote import ssh
+from rackready.remote.runner import build_remote_command
+from rackready.remote.session import ship_bundle
+from rackready.run.rundir import new_run_id
+from rackready.site import inventory
+from rackready.steps import validate
+from rackready.steps.offline_manifest import KERNEL_FACT, manifest
+from rackready.steps.provision import build_bundle, run_playbook
+from rackready.steps.validate import NODE_BASE
 
 pytestmark = pytest.mark.lab
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from rackready.provision import RunResult, run_playbook
+from rackready.steps.provision import RunResult, run_playbook
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("provision")]
 

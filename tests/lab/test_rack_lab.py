@@ -16,7 +16,7 @@ from fault_expectations import HARDWARE_CHECKS, expected_failure
 
 from rackready.lab import lab
 from rackready.lab.hwsim.sysroot import read_node_state
-from rackready.validate import run_validation
+from rackready.steps.validate import run_validation
 
 pytestmark = pytest.mark.lab
 

@@ -34,7 +34,7 @@ import yaml
 
 from rackready.lab import lab
 from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state
-from rackready.provision import RunResult, run_playbook
+from rackready.steps.provision import RunResult, run_playbook
 from validation.profile import load_profile
 
 pytestmark = pytest.mark.lab

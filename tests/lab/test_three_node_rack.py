@@ -12,7 +12,7 @@ import json
 import pytest
 
 from rackready.lab import lab
-from rackready.validate import run_validation
+from rackready.steps.validate import run_validation
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("three-nodes")]
 
@@ -21,7 +21,7 @@ NODES = ("lab-gpu01", "lab-gpu02", "lab-gpu03")
 
 @pytest.fixture(scope="module")
 def three_nodes(provisioned_lab):
-    from rackready.provision import run_playbook
+    from rackready.steps.provision import run_playbook
 
     specs = lab.up(3, progress=lambda msg: print(f"[lab] {msg}"))
     assert [s.name for s in specs] == list(NODES)

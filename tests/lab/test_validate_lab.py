@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rackready import bundle, inventory, ssh
 from rackready.errors import UserError
 from rackready.lab import lab
-from rackready.validate import run_validation
+from rackready.remote import bundle, ssh
+from rackready.site import inventory
+from rackready.steps.validate import run_validation
 
 pytestmark = pytest.mark.lab
 

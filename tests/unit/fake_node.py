@@ -1,6 +1,6 @@
 """An in-process SSH node for tests: paramiko in server mode on a localhost socket.
 
-The client side is the real one (rackready.ssh.connect: host key checked against a
+The client side is the real one (rackready.remote.ssh.connect: host key checked against a
 known_hosts file, RejectPolicy). Exec requests run through /bin/sh on this machine
 with the node's temp folder as working directory, or through a scripted Python
 behaviour (exec_hook). SFTP serves the real files, reports symlinks as symlinks
@@ -36,8 +36,8 @@ from pathlib import Path
 import paramiko
 from paramiko import SFTPAttributes, SFTPHandle, SFTPServer, SFTPServerInterface
 
-from rackready import ssh
-from rackready.inventory import Node
+from rackready.remote import ssh
+from rackready.site.inventory import Node
 
 # a hook gets the command and the channel; it returns True when it handled the request
 ExecHook = Callable[[str, paramiko.Channel], bool]

@@ -2,7 +2,7 @@
 service (rackready/lab/redfish, in a thread on 127.0.0.1, lab CA, tree built from hwsim's
 node state) driven by the REAL controller code: the bios module's run() (what the role's
 task calls), the lab's own reset hook and fault kinds, and validate's out-of-band step
-(rackready.oob) judged by the real judge against the lab profiles.
+(rackready.steps.oob) judged by the real judge against the lab profiles.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from rackready import oob
-from rackready.inventory import PROJECT_ROOT, BmcAccess, Node, Secret
 from rackready.lab.hwsim.state import build_state
 from rackready.lab.redfish import ca, store
 from rackready.lab.redfish import resources as rf
@@ -25,6 +23,10 @@ from rackready.lab.redfish.faults import apply_fault, heal
 from rackready.lab.redfish.server import BmcService
 from rackready.lab.redfish.tree import build
 from rackready.redfish.client import AuthError, Client, RedfishError
+from rackready.site.bmc import BmcAccess, Secret
+from rackready.site.inventory import Node
+from rackready.site.paths import PROJECT_ROOT
+from rackready.steps import oob
 from validation.judge import judge
 from validation.model import CheckResult
 from validation.profile import load_profile

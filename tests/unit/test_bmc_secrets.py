@@ -11,10 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from rackready import inventory, oob, provision
-from rackready.judging import judge_run
+from rackready.decide.judge import judge_run
 from rackready.report.cli import write_reports
-from rackready.rundir import Plan, PlannedNode, RunDir
+from rackready.run.rundir import Plan, PlannedNode, RunDir
+from rackready.site import inventory
+from rackready.steps import oob, provision
 from tests.unit.fake_redfish import FakeBMC, make_ca
 
 PASSWORD = "Known-BMC-pw-7f3a9c"  # noqa: S105  the password every output is grepped for

@@ -6,7 +6,7 @@ import gzip
 import io
 import tarfile
 
-from rackready import bundle
+from rackready.remote import bundle
 
 
 def test_same_source_gives_the_same_hash():

@@ -1,4 +1,4 @@
-"""Site calibration (rackready.calibration): floors from known-good nodes by robust
+"""Site calibration (rackready.decide.calibration): floors from known-good nodes by robust
 statistics, outliers refused by name, never looser than the gross line; the overlay as
 the judge and the planner read it.
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready.calibration import calibrate_profile, overlay_document
+from rackready.decide.calibration import calibrate_profile, overlay_document
 from rackready.errors import UserError
 from validation.judge import judge
 from validation.model import CheckResult, Measurement
@@ -114,7 +114,7 @@ def test_an_overlay_the_judge_cannot_trust_is_refused(edit, words):
 @pytest.fixture
 def site(tmp_path, monkeypatch):
     """A copy of the example rack; nothing may connect to its (example) addresses."""
-    from rackready import validate
+    from rackready.steps import validate
 
     def refuse(node, *a, **kw):
         pytest.fail(f"connected to {node.name}: the plan should have been refused")
@@ -126,7 +126,7 @@ def site(tmp_path, monkeypatch):
 
 
 def test_validate_refuses_a_bad_overlay_before_connecting(site):
-    from rackready.validate import run_validation
+    from rackready.steps.validate import run_validation
 
     (site / "calibration").mkdir()
     prof = load_profile("xe9680-h200")
@@ -142,7 +142,7 @@ def test_validate_refuses_a_bad_overlay_before_connecting(site):
 
 
 def test_validate_refuses_a_typo_in_the_profile_name_before_connecting(site):
-    from rackready.validate import run_validation
+    from rackready.steps.validate import run_validation
 
     group = site / "group_vars" / "xe9680.yml"
     group.write_text(group.read_text().replace("rackready_profile: xe9680-h200",

@@ -11,7 +11,7 @@ from test_checks_gpu import FakeContext, make_ctx, run
 from test_probes_rdma import IBSTAT, IBV_DEVINFO, MLNX_QOS
 from test_probes_storage import RAID0, RAID5_DEGRADED, nvme_v1
 
-from rackready.inventory import provisioned
+from rackready.site.inventory import provisioned
 from validation.judge import judge
 from validation.profile import load_profile, with_site
 

@@ -16,9 +16,12 @@ import paramiko
 import pytest
 from fake_node import FakeNode
 
-from rackready import inventory, ssh, validate
 from rackready.errors import UserError
-from rackready.inventory import Hop, provisioned
+from rackready.remote import ssh
+from rackready.site import inventory
+from rackready.site.connection import Hop
+from rackready.site.inventory import provisioned
+from rackready.steps import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery staple"
@@ -120,7 +123,7 @@ def test_ssh_takes_the_first_value_in_ansibles_order(tmp_path):
 
 
 def test_unknown_options_are_ignored_and_logged(tmp_path, caplog):
-    with caplog.at_level(logging.DEBUG, logger="rackready.inventory"):
+    with caplog.at_level(logging.DEBUG, logger="rackready.site"):
         n = node(tmp_path, ansible_ssh_common_args="-o ServerAliveInterval=30 -C -c aes256-ctr "
                                                    "-o ProxyJump=j@bastion")
     assert n.jump is not None

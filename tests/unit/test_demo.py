@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rackready import demo
 from rackready.errors import UserError
+from rackready.lab import demo
 from rackready.report.errors import ReportError
 
 

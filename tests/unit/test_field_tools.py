@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hwsim_node import make_node, run_suite
 
-from rackready.inventory import provisioned
 from rackready.lab.hwsim.faults import apply_fault
 from rackready.lab.hwsim.state import build_state
+from rackready.site.inventory import provisioned
 from validation.probes.dcgm import parse_diag_json
 from validation.probes.nvidia_smi import ParseError
 from validation.probes.perftest import parse_bw

@@ -1,4 +1,4 @@
-"""The real controller path (`invoke validate`, rackready.validate.run_validation) over
+"""The real controller path (`invoke validate`, rackready.steps.validate.run_validation) over
 in-process SSH nodes (fake_node.py) whose suite sends hostile data: text that is valid
 JSON but no Unicode (lone surrogates), characters XML 1.0 forbids, more measurements
 than any real node has. Every node is reported; the honest one is judged as usual."""
@@ -18,8 +18,11 @@ from pathlib import Path
 import pytest
 from fake_node import FakeNode
 
-from rackready import bundle, node_session, rack_checks, result_shape, validate
-from rackready.inventory import provisioned
+from rackready.remote import bundle, result_shape
+from rackready.remote import session as node_session
+from rackready.site.inventory import provisioned
+from rackready.steps import rack as rack_step
+from rackready.steps import validate
 
 # `python -m validation run ...` from the shipped bundle: this tiny package, not the suite
 SUITE = r'''
@@ -92,7 +95,7 @@ def hostile(tmp_path, monkeypatch):
     monkeypatch.setattr(validate, "_find", lambda name, inv: nodes[name])
     monkeypatch.setattr(bundle, "build", _bundle)
     # the rack step needs real rails; its commands are tested in test_rack_checks.py
-    monkeypatch.setattr(rack_checks, "run_rack_step", lambda *a, **k: {"groups": []})
+    monkeypatch.setattr(rack_step, "run_rack_step", lambda *a, **k: {"groups": []})
     monkeypatch.setattr(result_shape, "CAPS", result_shape.ResultCaps(measurements=300))
     tty = _Tty(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
     monkeypatch.setattr(sys, "stdout", tty)
@@ -149,7 +152,7 @@ def test_invoke_report_on_a_run_holding_lone_surrogates_works(hostile):
 def test_node_text_reaches_the_reports_without_c1_controls_or_bidi_overrides(tmp_path):
     """Read once, cleaned once: report JSON never carries a node's C1 controls (\\x9b is
     a terminal's CSI) or bidi overrides (text that reads differently than it is)."""
-    from rackready.rundir import RunDir
+    from rackready.run.rundir import RunDir
 
     (tmp_path / "result.json").write_text(json.dumps({
         "schema_version": "1.0", "hostname": "gpu\x9b2J01", "checks": [

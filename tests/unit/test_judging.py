@@ -2,7 +2,7 @@
 
 The node runs the real `python -m validation run` on simulated hardware; the
 tests then edit what the node sent, as a misbehaving node would, and check
-what the controller decides (rackready.judging) and what every report says.
+what the controller decides (rackready.decide.node) and what every report says.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from fault_expectations import HARDWARE_CHECKS
 
-from rackready.judging import judge_run, rack_outcome
+from rackready.decide.judge import judge_run
+from rackready.decide.outcome import rack_outcome
 from rackready.report.build import build_reports
-from rackready.rundir import Plan, PlannedNode, RunDir
+from rackready.run.rundir import Plan, PlannedNode, RunDir
 
 PROFILE = "xe9680-h200-lab"
 
@@ -209,7 +210,7 @@ def _nvlink_nodes(speeds: dict[str, float], profile: str) -> dict[str, dict]:
 
 def test_fleet_judge_fails_the_node_far_below_its_peers(tmp_path, monkeypatch):
     # only nvlink.topology is expected, so the fleet comparison is the only difference
-    monkeypatch.setattr("rackready.judging.expected_checks", lambda level, only: [])
+    monkeypatch.setattr("rackready.decide.node.expected_checks", lambda level, only: [])
     speeds = {"gpu01": 26.5, "gpu02": 26.4, "gpu03": 26.6, "gpu04": 22.0}
     run = _nvlink_run(tmp_path, speeds)
     judgements = judge_run(run)
@@ -221,7 +222,7 @@ def test_fleet_judge_fails_the_node_far_below_its_peers(tmp_path, monkeypatch):
 
 
 def test_two_nodes_are_not_a_fleet(tmp_path, monkeypatch):
-    monkeypatch.setattr("rackready.judging.expected_checks", lambda level, only: [])
+    monkeypatch.setattr("rackready.decide.node.expected_checks", lambda level, only: [])
     run = _nvlink_run(tmp_path, {"gpu01": 26.5, "gpu02": 20.0})
     assert all(j["fleet_verdicts"] == [] for j in judge_run(run).values())
 

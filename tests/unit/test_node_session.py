@@ -1,4 +1,4 @@
-"""rackready.node_session against a misbehaving node: the in-process fake SSH node
+"""rackready.remote.session against a misbehaving node: the in-process fake SSH node
 (fake_node.py) runs the real remote commands (flock, setsid, sha256sum) on this machine
 in temp folders, and a tiny bundle whose suite.py behaves as each test asks."""
 
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from fake_node import FakeNode, finish
 
-from rackready import node_session as ns
+from rackready.remote import events as node_events
+from rackready.remote import fetch, runner, session, ship
 from rackready.sanitize import one_line, strip_control
 
 SUITE = textwrap.dedent('''
@@ -148,11 +149,11 @@ class Run:
         self.count = 0
 
     def __call__(self, mode: str, *, run_id: str | None = None, bundle=BUNDLE,
-                 resume: bool = False, become: bool = False, **limits) -> ns.SessionOutcome:
+                 resume: bool = False, become: bool = False, **limits) -> session.SessionOutcome:
         self.count += 1
         self.run_id = run_id or f"run{self.count}"
         ctl = self.tmp / "ctl" / self.run_id
-        self.files = ns.NodeFiles(events=ctl / "events.jsonl", log=ctl / "node.log",
+        self.files = session.NodeFiles(events=ctl / "events.jsonl", log=ctl / "node.log",
                                   result=ctl / "result.json", artifacts=ctl / "artifacts")
         self.events: list[dict] = []
         self.statuses: list[str] = []
@@ -161,12 +162,12 @@ class Run:
         limits.setdefault("kill_grace_s", 1)
         client = self.fake.connect()
         try:
-            return ns.run_on_node(
+            return session.run_on_node(
                 client, "fake01", bundle=bundle, site_yaml="fabric: roce\n",
                 command_args=[sys.executable, "suite.py", mode],
                 env={"SUITE_ENV": "it's set", "PYTHONUNBUFFERED": "1"},
                 remote_base=str(self.base), run_id=self.run_id, files=self.files,
-                limits=ns.Limits(**limits), on_event=self.events.append,
+                limits=session.Limits(**limits), on_event=self.events.append,
                 on_status=self.statuses.append, resume=resume, become=become)
         finally:
             client.close()
@@ -290,16 +291,16 @@ def test_unsafe_run_id_and_env_are_caller_errors(run):
 
 def test_python_argument_and_resume_flag(run, fake):
     client = fake.connect()
-    files = ns.NodeFiles(*(run.tmp / n for n in ("e", "l", "r", "a")))
+    files = session.NodeFiles(*(run.tmp / n for n in ("e", "l", "r", "a")))
     kw = dict(bundle=BUNDLE, site_yaml="", env={}, remote_base=str(run.base), files=files,
-              limits=ns.Limits(deadline_s=10), on_event=lambda e: None,
+              limits=session.Limits(deadline_s=10), on_event=lambda e: None,
               on_status=lambda s: None)
     try:
-        out = ns.run_on_node(client, "fake01", python=sys.executable,
+        out = session.run_on_node(client, "fake01", python=sys.executable,
                              command_args=["suite.py", "healthy"], run_id="py", **kw)
         assert out.problem == "" and out.result_fetched
         with pytest.raises(ValueError, match="resume=True"):
-            ns.run_on_node(client, "fake01", command_args=["x", "--resume"], run_id="r", **kw)
+            session.run_on_node(client, "fake01", command_args=["x", "--resume"], run_id="r", **kw)
     finally:
         client.close()
 
@@ -307,11 +308,11 @@ def test_python_argument_and_resume_flag(run, fake):
 def test_ship_bundle_returns_the_verified_unpacked_folder(run, fake):
     client = fake.connect()
     try:
-        folder = ns.ship_bundle(client, BUNDLE, remote_base=str(run.base), run_id="job")
+        folder = session.ship_bundle(client, BUNDLE, remote_base=str(run.base), run_id="job")
         assert folder.startswith(f"{run.base}/runs/job/bundle.")
         assert (Path(folder) / "suite.py").read_text() == SUITE
-        with pytest.raises(ns.SessionError, match="already exists"):
-            ns.ship_bundle(client, BUNDLE, remote_base=str(run.base), run_id="job")
+        with pytest.raises(session.SessionError, match="already exists"):
+            session.ship_bundle(client, BUNDLE, remote_base=str(run.base), run_id="job")
     finally:
         client.close()
 
@@ -404,12 +405,12 @@ def test_missing_result_json_leaves_no_empty_file(run):
 
 def test_missing_program_is_one_line(run):
     client = run.fake.connect()
-    files = ns.NodeFiles(*(run.tmp / n for n in ("e", "l", "r", "a")))
+    files = session.NodeFiles(*(run.tmp / n for n in ("e", "l", "r", "a")))
     try:
-        out = ns.run_on_node(client, "fake01", bundle=BUNDLE, site_yaml="", env={},
+        out = session.run_on_node(client, "fake01", bundle=BUNDLE, site_yaml="", env={},
                              command_args=["/nonexistent/python", "-m", "validation"],
                              remote_base=str(run.base), run_id="nop", files=files,
-                             limits=ns.Limits(deadline_s=10), on_event=print,
+                             limits=session.Limits(deadline_s=10), on_event=print,
                              on_status=lambda s: None)
     finally:
         client.close()
@@ -492,7 +493,7 @@ def test_connection_lost_mid_run_is_one_line(tmp_path):
 
 
 def test_exit_status_without_eof_still_ends(tmp_path, monkeypatch):
-    monkeypatch.setattr(ns, "EXIT_GRACE_S", 0.3)
+    monkeypatch.setattr(runner, "EXIT_GRACE_S", 0.3)
 
     def hook(command: str, channel) -> bool:
         if "flock" not in command:
@@ -526,14 +527,14 @@ def test_sftp_permission_denied_is_not_a_lost_connection(run, fake):
 def test_a_local_write_failure_is_the_controllers_not_a_lost_connection(run, monkeypatch):
     """The controller's own disk (a folder where result.json goes, a full disk) fails the
     fetch with what happened there, never "connection lost"."""
-    real = ns.os.replace
+    real = fetch.os.replace
 
     def replace(src, dst):
         if Path(dst).name == "result.json":
             raise IsADirectoryError(21, "Is a directory")
         return real(src, dst)
 
-    monkeypatch.setattr(ns.os, "replace", replace)
+    monkeypatch.setattr(fetch.os, "replace", replace)
     out = run("healthy")
     assert out.problem == f"cannot write {run.files.result} on the controller: Is a directory"
     assert "connection lost" not in out.problem
@@ -573,11 +574,11 @@ def test_become_goes_through_sudo_and_stages_uploads(tmp_path):
 
 def test_build_remote_command_wraps_sudo_in_one_place():
     script = "echo 'it''s'; exit 3"
-    plain = ns.build_remote_command(script)
-    become = ns.build_remote_command(script, become=True)
+    plain = runner.build_remote_command(script)
+    become = runner.build_remote_command(script, become=True)
     assert plain == "sh -c 'export LC_ALL=C; echo '\"'\"'it'\"'\"''\"'\"'s'\"'\"'; exit 3'"
     assert become == "sudo -n -- " + plain
-    suite = ns.build_suite_script(command_args=["/opt/v/bin/python", "-m", "validation"],
+    suite = ship.build_suite_script(command_args=["/opt/v/bin/python", "-m", "validation"],
                                   env={"A": "b c"}, bundle_dir="/b/bundle.1", lock="/b/l",
                                   pgid_file="/b/pgid", out="/b/out", site="/b/site.yml")
     assert suite == (
@@ -586,7 +587,7 @@ def test_build_remote_command_wraps_sudo_in_one_place():
         "exec flock -n -E 75 /b/l setsid -w sh -c 'echo $$ > \"$0\" && exec \"$@\"' /b/pgid "
         "env 'A=b c' /opt/v/bin/python -m validation --out /b/out --site /b/site.yml")
     with pytest.raises(ValueError):
-        ns.build_suite_script(command_args=["x"], env={"A;rm": "1"}, bundle_dir="/b",
+        ship.build_suite_script(command_args=["x"], env={"A;rm": "1"}, bundle_dir="/b",
                               lock="/l", pgid_file="/p", out="/o", site="/s")
 
 
@@ -597,7 +598,7 @@ def test_build_remote_command_wraps_sudo_in_one_place():
     ("é" * 128, "longer than 255 bytes"), ("é" * 127, ""),
 ])
 def test_unsafe_name(name, why):
-    assert ns.unsafe_name(name) == why
+    assert fetch.unsafe_name(name) == why
 
 
 @pytest.mark.parametrize("event,ok", [
@@ -611,13 +612,13 @@ def test_unsafe_name(name, why):
     ({"event": 3}, False), ([], False), ("x", False),
 ])
 def test_event_problem(event, ok):
-    assert (ns.event_problem(event) == "") is ok
+    assert (node_events.event_problem(event) == "") is ok
 
 
 def test_limits_per_level():
-    assert ns.Limits.for_level("quick").deadline_s == 600
-    assert ns.Limits.for_level("standard").deadline_s == 1800
-    assert ns.Limits.for_level("burnin", idle_s=60).deadline_s == 12 * 3600
+    assert session.Limits.for_level("quick").deadline_s == 600
+    assert session.Limits.for_level("standard").deadline_s == 1800
+    assert session.Limits.for_level("burnin", idle_s=60).deadline_s == 12 * 3600
 
 
 def test_strip_control_keeps_newlines_and_tabs():
@@ -634,19 +635,19 @@ def test_real_bundle_and_suite_run_through_the_session(tmp_path):
     import yaml
     from hwsim_node import make_node
 
-    from rackready import bundle
-    from rackready.inventory import provisioned
+    from rackready.remote import bundle
+    from rackready.site.inventory import provisioned
 
     sim = make_node(tmp_path / "sim", "xe9680-h200", "gpu01", "roce")
     env = {k: v for k, v in sim.env().items() if k != "PYTHONPATH"}  # the bundle's own code
     fake = FakeNode(tmp_path / "node", env=env)
     payload, digest = bundle.build()
-    files = ns.NodeFiles(*(tmp_path / "ctl" / n for n in
+    files = session.NodeFiles(*(tmp_path / "ctl" / n for n in
                            ("events.jsonl", "node.log", "result.json", "artifacts")))
     events: list[dict] = []
     client = fake.connect()
     try:
-        out = ns.run_on_node(
+        out = session.run_on_node(
             client, "gpu01", bundle=(payload, digest),
             # as the controller ships it: the role variables that provisioned the node
             site_yaml=yaml.safe_dump({**provisioned({}, Path("roles")), "fabric": "roce",
@@ -656,7 +657,7 @@ def test_real_bundle_and_suite_run_through_the_session(tmp_path):
                           str(sim.sysroot), "--only", "kernel.cmdline"],
             env={"RACKREADY_BUNDLE_SHA256": digest, "PYTHONUNBUFFERED": "1"},
             remote_base=str(fake.root / "base"), run_id="real", files=files,
-            limits=ns.Limits(deadline_s=60, idle_s=30), on_event=events.append,
+            limits=session.Limits(deadline_s=60, idle_s=30), on_event=events.append,
             on_status=lambda s: None)
     finally:
         client.close()
@@ -728,7 +729,7 @@ def test_run_command_is_bounded_in_bytes_and_time(tmp_path, stream, size, trickl
     client = node.connect()
     try:
         start = time.monotonic()
-        res = ns.run_command(client, "anything", timeout_s=1.5, idle_s=1,
+        res = runner.run_command(client, "anything", timeout_s=1.5, idle_s=1,
                              max_stdout=64 << 10, max_stderr=64 << 10)
         assert time.monotonic() - start < 5
     finally:

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready import offline_manifest, provision
 from rackready.errors import UserError
 from rackready.lab.hwsim import packages as hwsim_packages
-from rackready.offline_manifest import Manifest, Source, from_vars, manifest
+from rackready.steps import offline_manifest, provision
+from rackready.steps.offline_manifest import Manifest, Source, from_vars, manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "roles"

@@ -2,7 +2,7 @@
 
 Provisioning's side is read the way Ansible itself resolves it (a play with the roles,
 its VariableManager, its templating); validation's side is the site file `invoke
-validate` ships (rackready.validate._site) and the limits the node derives from it.
+validate` ships (rackready.steps.validate._site) and the limits the node derives from it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready import inventory, validate
+from rackready.site import inventory
+from rackready.steps import validate
 from validation.profile import load_profile, with_site
 
 ROOT = Path(__file__).resolve().parents[1].parent
@@ -135,7 +136,7 @@ def test_the_roce_gid_index_moves_the_role_and_ib_write_bw_together(rack: Path):
 def test_a_site_bios_override_is_what_the_out_of_band_step_expects(rack: Path):
     """The bios role applies the platform profile combined with bios_attributes_override;
     the out-of-band step must expect the same, or a site's choice reads as drift."""
-    from rackready import oob
+    from rackready.steps import oob
 
     base, _ = oob.bios_profile(inventory.find("gpu01", str(rack)))
     name = next(iter(base))

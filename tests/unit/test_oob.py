@@ -1,4 +1,4 @@
-"""The out-of-band step (rackready/oob.py) against a fake BMC, judged by the real judge."""
+"""The out-of-band step (rackready/steps/oob.py) against a fake BMC, judged by the real judge."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import socket
 
 import pytest
 
-from rackready import oob
-from rackready.inventory import BmcAccess, Node, Secret
-from rackready.judging import judge_run
-from rackready.rundir import Plan, PlannedNode, RunDir
+from rackready.decide.judge import judge_run
+from rackready.run.rundir import Plan, PlannedNode, RunDir
+from rackready.site.bmc import BmcAccess, Secret
+from rackready.site.inventory import Node
+from rackready.steps import oob
 from tests.unit.fake_redfish import FakeBMC, make_ca
 from validation.judge import judge
 from validation.model import CheckResult

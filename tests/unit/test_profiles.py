@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready.inventory import provisioned
+from rackready.site.inventory import provisioned
 from validation import metrics
 from validation.profile import (
     PROFILE_DIR,

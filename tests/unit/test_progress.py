@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rackready.progress import Board, check_verdict
+from rackready.steps.progress import Board, check_verdict
 from validation.profile import load_profile, scope, with_site
 
 REAL_RUN = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-quick-result.json.gz"

@@ -9,8 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from rackready import rack_checks as rc
-from rackready.judging import _decide
+from rackready.decide import outcome
+from rackready.decide import rack as rc
+from rackready.decide.outcome import decide_node as _decide
+from rackready.report import document
+from rackready.run import rundir
+from rackready.steps import rack as rack_step
 from validation.profile import load_profile
 from validation.workloads import rack_nccl as wl
 
@@ -182,7 +186,7 @@ def test_a_provisional_floor_missed_short_of_its_gross_line_reads_below_expected
     verdicts = rc.node_verdicts({"groups": [g]})
     assert {n: [v["outcome"] for v in vs] for n, vs in verdicts.items()} == \
         {"n2": ["below_expected"], "n3": ["below_expected"]}
-    assert rc.report_groups({"groups": [g]})[0]["pairs"][-1]["messages"][0].startswith(
+    assert document.report_groups({"groups": [g]})[0]["pairs"][-1]["messages"][0].startswith(
         "below expected")
     # a site that accepts only against the provisional floors fails it
     strict = rc.Floors(**{**REAL.__dict__, "strict": True})
@@ -210,7 +214,7 @@ def test_a_missing_node_or_measurement_never_passes():
 def test_one_node_fabric_is_not_applicable_and_does_not_count():
     g = _judge([], members=("n1",))
     assert g["outcome"] == "NOT_APPLICABLE"
-    assert rc.rack_outcome_of({"groups": [g]}) == []
+    assert outcome.rack_outcome_of({"groups": [g]}) == []
 
 
 def test_wrong_all_reduce_fails_the_rack():
@@ -223,7 +227,7 @@ def test_records_from_the_node_are_untrusted():
     text = "\n".join([json.dumps(_pair("a", "b", 0, 1.0)), "not json",
                       json.dumps({"name": "rack.pair_busbw", "value": 1, "labels": {}}),
                       '{"name": "rack.allreduce_busbw", "value": NaN, "labels": {}}', ""])
-    recs = rc.parse_records(text, problems, "a")
+    recs = rack_step.parse_records(text, problems, "a")
     assert len(recs) == 1 and problems == ["a: 3 unusable rack measurement line(s) skipped"]
     # label values that cannot key a table or fill a message, a rail that is no number
     odd_node = _pair("a", "b", 0, 1.0)
@@ -231,7 +235,7 @@ def test_records_from_the_node_are_untrusted():
     odd_rail = _pair("a", "b", 0, 1.0)
     odd_rail["labels"]["rail"] = "first"
     problems = []
-    recs = rc.parse_records("\n".join(json.dumps(r) for r in (odd_node, odd_rail)),
+    recs = rack_step.parse_records("\n".join(json.dumps(r) for r in (odd_node, odd_rail)),
                             problems, "a")
     assert recs == [] and problems == ["a: 2 unusable rack measurement line(s) skipped"]
 
@@ -341,10 +345,10 @@ def test_workload_on_two_cpu_processes_refuses_the_down_rail(tmp_path):
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-2000:]
     problems: list[str] = []
-    recs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
+    recs = rack_step.parse_records((tmp_path / "out" / "rack_nccl.rank0.jsonl").read_text(),
                             problems, "na")
     # the other end reports every link too, with the same (slower end's) rate
-    theirs = rc.parse_records((tmp_path / "out" / "rack_nccl.rank1.jsonl").read_text(),
+    theirs = rack_step.parse_records((tmp_path / "out" / "rack_nccl.rank1.jsonl").read_text(),
                               problems, "nb")
     assert problems == []
     assert ([(r["labels"]["rail"], r["value"]) for r in theirs]
@@ -367,7 +371,7 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     from test_report_synthetic import result, write_run
 
     from rackready.report.build import build_documents
-    from rackready.report.html import render_node_html, render_rack_html
+    from rackready.report.render.html import render_node_html, render_rack_html
     from rackready.report.schema import schema_errors
 
     run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02")])
@@ -376,8 +380,8 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     g = rc.judge_group("lab-network", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [],
                        _both(recs, "gpu01"),
                        {"gpu01": LAB, "gpu02": LAB}, [], {"gpu01": 2, "gpu02": 2})
-    (run / rc.RACK_DIRNAME).mkdir()
-    (run / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [g]}))
+    (run / rundir.RACK_DIRNAME).mkdir()
+    (run / rundir.RACK_DIRNAME / rundir.RACK_FILE).write_text(json.dumps({"groups": [g]}))
     for name, verdicts in rc.node_verdicts({"groups": [g]}).items():
         path = run / name / "judgement.json"  # as judge_run writes it after the step
         j = json.loads(path.read_text())
@@ -397,10 +401,10 @@ def test_rack_report_carries_the_step_and_node_reports_the_link(tmp_path):
     assert "Rack-level checks" in html and "gpu02 mlx5_0 port Down" in html
     # a rack step that could not run keeps the rack from passing even when the nodes pass
     run2 = write_run(tmp_path / "run2", [result("gpu01"), result("gpu02")])
-    (run2 / rc.RACK_DIRNAME).mkdir()
+    (run2 / rundir.RACK_DIRNAME).mkdir()
     left = rc.judge_group("f", ["gpu01", "gpu02"], ["gpu01"], [
         {"node": "gpu02", "reason": "unreachable: timed out"}], [], {}, [], {})
-    (run2 / rc.RACK_DIRNAME / rc.RACK_FILE).write_text(json.dumps({"groups": [left]}))
+    (run2 / rundir.RACK_DIRNAME / rundir.RACK_FILE).write_text(json.dumps({"groups": [left]}))
     rack2, docs2 = build_documents(run2)
     assert [d["outcome"] for d in docs2] == ["PASS", "PASS"]
     assert rack2["outcome"] == "INCOMPLETE" and "rack step" in rack2["outcome_reason"]
@@ -449,15 +453,15 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
 
     from fake_node import FakeNode
 
-    from rackready import node_session
-    from rackready.rundir import Plan, PlannedNode, RunDir
+    from rackready.remote import session as node_session
+    from rackready.run.rundir import Plan, PlannedNode, RunDir
 
     fakes = [FakeNode(tmp_path / n, exec_hook=_hostile_workload(kind)) for n in ("na", "nb")]
     nodes = {n: dataclasses.replace(f.node, name=n, rdma_devices=("0000:1a:00.0",))
              for n, f in zip(("na", "nb"), fakes, strict=True)}
     monkeypatch.setattr(node_session, "ship_bundle", lambda *a, **k: "/nonexistent")
-    monkeypatch.setattr(rc, "TIMEOUT_S", {"cuda": 1, "cpu": 1})
-    monkeypatch.setattr(rc, "RACK_LIMITS", rc.RackLimits(
+    monkeypatch.setattr(rack_step, "TIMEOUT_S", {"cuda": 1, "cpu": 1})
+    monkeypatch.setattr(rack_step, "RACK_LIMITS", rack_step.RackLimits(
         max_stdout=64 << 10, max_stderr=64 << 10, grace_s=1, idle_s=1.5, command_s=5))
     plan = Plan(run_id="r1", inventory="t", level="quick", only=None,
                 nodes=[PlannedNode(n, "xe9680-h200-lab") for n in nodes])
@@ -466,7 +470,7 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
     group = {"planned": ["na", "nb"], "members": ["na", "nb"], "left_out": []}
     start = time.monotonic()
     try:
-        g = rc.run_group(run, "f", group, nodes, {"na": profile, "nb": profile},
+        g = rack_step.run_group(run, "f", group, nodes, {"na": profile, "nb": profile},
                          (b"", "0" * 64), lambda n: "/venv", lambda n: {})
     finally:
         for f in fakes:
@@ -474,5 +478,5 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
     assert time.monotonic() - start < 10
     assert g["outcome"] == "INCOMPLETE"
     assert any(p.startswith(f"na: {problem}") for p in g["problems"]), g["problems"]
-    log = (tmp_path / "run" / rc.RACK_DIRNAME / "f" / "na.log").stat().st_size
+    log = (tmp_path / "run" / rundir.RACK_DIRNAME / "f" / "na.log").stat().st_size
     assert log < 200_000

@@ -214,7 +214,7 @@ def test_rack_comparison_names_the_deviating_node():
 
 
 def test_controller_rack_verdicts_name_the_node():
-    from rackready.judging import rack_curve_verdicts
+    from rackready.decide.fleet import rack_curve_verdicts
 
     prof = load_profile("xe9680-h200")
     cfg = {"shape": "llama3-8b", "world": "8", "dtype": "bf16", "seq": "8192", "steps": "8",

@@ -11,14 +11,14 @@ import pytest
 from test_report_synthetic import healthy_and_faulty
 
 from rackready.report.build import build_reports
-from rackready.report.canonical import (
+from rackready.report.errors import ReportError
+from rackready.report.seal.canonical import (
     canonical_bytes,
     read_report,
     report_sha256,
     seal,
     verify_report,
 )
-from rackready.report.errors import ReportError
 
 # RFC 8785 Appendix B: IEEE-754 binary64 (hex) -> the ECMAScript number text.
 APPENDIX_B = [

@@ -14,7 +14,7 @@ import pytest
 from test_report_synthetic import healthy_and_faulty, result, write_run
 
 from rackready.report.cli import main
-from rackready.report.signing import PASSPHRASE_ENV
+from rackready.report.seal.signing import PASSPHRASE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 

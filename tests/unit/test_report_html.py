@@ -9,8 +9,8 @@ from pathlib import Path
 from test_report_synthetic import healthy_and_faulty, result, write_run
 
 from rackready.report.build import build_documents
-from rackready.report.canonical import seal
-from rackready.report.html import render_node_html, render_rack_html
+from rackready.report.render.html import render_node_html, render_rack_html
+from rackready.report.seal.canonical import seal
 
 
 def _docs(tmp_path: Path, results=None):

@@ -8,7 +8,7 @@ from pathlib import Path
 from test_report_synthetic import healthy_and_faulty, result, write_node
 
 from rackready.report.build import build_documents
-from rackready.report.junit import render_junit
+from rackready.report.render.junit import render_junit
 
 
 def test_suites_cases_failures_and_skips(tmp_path: Path) -> None:

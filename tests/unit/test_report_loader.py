@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from test_report_synthetic import events_for, healthy_and_faulty, result, write_node, write_run
 
+from rackready.report.build import load_run
 from rackready.report.errors import ReportError
-from rackready.report.loader import load_run
 
 
 def test_run_dir_with_two_nodes(tmp_path: Path) -> None:

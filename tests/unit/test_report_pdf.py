@@ -9,7 +9,7 @@ from test_report_synthetic import healthy_and_faulty
 
 from rackready.report.build import build_reports
 from rackready.report.errors import ReportError
-from rackready.report.pdf import find_chromium
+from rackready.report.render.pdf import find_chromium
 
 
 def test_missing_chromium_is_a_one_line_error_naming_the_package(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from rackready.report import plots
-from rackready.report.views import Figure, HLine, Line, Panel
+from rackready.report.render import plots
+from rackready.report.views.figures import Figure, HLine, Line, Panel
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rackready.report import build_reports
-from rackready.report.pdf import find_chromium
+from rackready.report.render.pdf import find_chromium
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-quick-result.json.gz"
 
@@ -36,7 +36,7 @@ def _the_fixture_suites_checks():
     to the quick level after this run was captured (issue 16's host checks, ...) were never
     the real run's to report. Judge it against the checks its own suite ran, so the report
     shows the run's true failures rather than INCOMPLETE for checks it could not know."""
-    from rackready import judging
+    from rackready.decide import node as judging
 
     ran = [c["check"] for c in json.loads(gzip.decompress(FIXTURE.read_bytes()))["checks"]]
     with pytest.MonkeyPatch.context() as mp:

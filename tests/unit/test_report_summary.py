@@ -6,7 +6,7 @@ from pathlib import Path
 
 from test_report_synthetic import healthy_and_faulty, result, write_node
 
-from rackready.report.summary import terminal_summary
+from rackready.report.render.summary import terminal_summary
 
 
 def test_summary_names_node_outcome_and_component(tmp_path: Path) -> None:

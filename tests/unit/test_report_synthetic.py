@@ -157,9 +157,9 @@ def events_for(res: dict[str, Any], finished: bool = True) -> list[dict[str, Any
 
 
 def judgement_for(res: dict[str, Any], complete: bool = True) -> dict[str, Any]:
-    """What the controller's judge records for this synthetic node (rackready.judging's
+    """What the controller's judge records for this synthetic node (rackready.decide.node's
     shape): the report tests exercise rendering; judging has its own tests."""
-    from rackready.judging import component_words
+    from rackready.decide.outcome import component_words
 
     verdicts = [{**v, "scope": "node", "component": component_words(v["labels"],
                                                                     res["inventory"])}

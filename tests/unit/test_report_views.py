@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rackready.report import naming, views
+from rackready.report import naming
+from rackready.report.views import figures, page, tables
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-quick-result.json.gz"
 
@@ -52,7 +53,7 @@ def test_key_figures_keep_the_weakest_per_variant() -> None:
     t = {"op": ">=", "value": 100.0, "unit": "GB/s", "provenance": "bench"}
     doc = _doc([_row("hbm", "hbm.bandwidth", "pass", v, {"gpu": str(i)}, t)
                 for i, v in enumerate((130.0, 104.0, 120.0))])
-    rows = views.key_figures(doc, views.References())
+    rows = tables.key_figures(doc, page.References())
     assert len(rows) == 1
     assert rows[0]["where"] == "GPU 1" and rows[0]["margin"] == "+4.0 % above floor"
 
@@ -60,7 +61,7 @@ def test_key_figures_keep_the_weakest_per_variant() -> None:
 def test_references_number_each_distinct_text_once() -> None:
     a = {"op": ">=", "value": 1, "unit": "", "provenance": "source A"}
     b = {"op": ">=", "value": 2, "unit": "", "provenance": "source B\x07"}
-    refs = views.References()
+    refs = page.References()
     assert [refs.cite(x) for x in (a, b, a, None, b)] == [1, 2, 1, None, 2]
     assert refs.items() == [(1, "source A"), (2, "source B")]
 
@@ -72,7 +73,7 @@ def test_appendix_collapses_identical_passes_and_keeps_each_failure() -> None:
     rows += [_row("nvlink", "nvlink.crc", "fail", 3, {"gpu": "1", "link": "4"}, t)]
     rows += [_row("judge", "storage.fio_read", "not_applicable", None, msg=(
         "storage.fio_read not measured in this run (level, scope or a check that did not run)"))]
-    ap = views.appendix(_doc(rows), views.References())
+    ap = tables.appendix(_doc(rows), page.References())
     (g,) = ap["groups"]  # "judge" held only N/A rows: counted below, no empty table
     assert [(r.outcome, r.count) for r in g.rows] == [("fail", 1), ("pass", 36)]
     assert g.rows[1].where == "GPU 0, 1 · 36 links" and g.rows[1].measured == "all 0 GB/s"
@@ -84,13 +85,13 @@ def test_appendix_collapses_identical_passes_and_keeps_each_failure() -> None:
 def test_busbw_references_come_only_from_the_provenance_text() -> None:
     text = ("floor for every size: nccl-tests 2.19.6 (NCCL 2.28.9, 2x H200, NVLS off): "
             "44.75 GB/s at 1 MiB; measured: 259.9 GB/s all_reduce 64 MiB (torch.distributed)")
-    refs = views.provenance_references(text, "all_reduce")
+    refs = page.provenance_references(text, "all_reduce")
     assert refs["nccl-tests"] == (1 << 20, 44.75, "nccl-tests 2.19.6")
     assert refs["bench"] == (64 << 20, 259.9, "bench")
     borrowed = ("nccl-tests 2.19.6 (NCCL 2.28.9) has no broadcast: all_gather's 31.92 GB/s "
                 "at 1 MiB used")
-    assert views.provenance_references(borrowed, "broadcast") == {}
-    assert "bench" not in views.provenance_references(text, "all_gather")
+    assert page.provenance_references(borrowed, "broadcast") == {}
+    assert "bench" not in page.provenance_references(text, "all_gather")
 
 
 def _real_doc() -> dict:
@@ -105,20 +106,20 @@ def _real_doc() -> dict:
 
 def test_real_run_plots_carry_floors_and_split_by_dtype() -> None:
     doc = _real_doc()
-    bus = views.busbw_figure(doc)
+    bus = figures.busbw_figure(doc)
     panel = next(p for p in bus.panels if p.title == "all_reduce")
     styles = {line.style: line for line in panel.lines}
     assert styles["measured"].points == [(64 << 20, 265.805), (1 << 30, 331.466)]
     assert (1 << 30, 296.1) in styles["floor"].points
     assert styles["reference"].points == [(1 << 20, 44.75)]
     assert [h.value for h in panel.hlines] == [22.4]
-    burn = views.burnin_figure(doc)
+    burn = figures.burnin_figure(doc)
     titles = [p.title for p in burn.panels]
     assert "GEMM throughput, bf16" in titles and "GEMM throughput, fp8" in titles
     bf16 = burn.panels[titles.index("GEMM throughput, bf16")]
     assert [h.value for h in bf16.hlines] == [600.0]
     assert [line.label for line in bf16.lines] == ["GPU 0", "GPU 1"]
-    bars = views.per_gpu_figure(doc)
+    bars = figures.per_gpu_figure(doc)
     gemm = [p for p in bars.panels if p.title.startswith("GEMM throughput")]
     assert [p.title for p in gemm] == ["GEMM throughput, bf16", "GEMM throughput, fp8"]
     assert [h.value for h in gemm[1].hlines] == [1095.0]  # no median across dtypes
@@ -129,5 +130,5 @@ def test_constant_series_are_not_plotted() -> None:
            "labels": {"gpu": "0", "t_s": str(t)}}
           for t in range(5) for name, v in (("gemm.interval_tflops", 600 + t),
                                             ("gemm.interval_power_w", 0.0))]
-    fig = views.burnin_figure(_doc([], measurements=ms))
+    fig = figures.burnin_figure(_doc([], measurements=ms))
     assert [p.title for p in fig.panels] == ["GEMM throughput"]

@@ -12,9 +12,9 @@ import json
 import pytest
 from test_judging import _run, hw_run  # noqa: F401  (the fixture)
 
-from rackready.judging import judge_run
+from rackready.decide.judge import judge_run
+from rackready.remote.result_shape import MALFORMED, conform_result
 from rackready.report.build import build_reports
-from rackready.result_shape import MALFORMED, conform_result
 
 
 def _measurement(result: dict, name: str) -> dict:
@@ -197,7 +197,7 @@ def test_a_real_result_is_well_inside_the_count_caps():
 def test_counts_are_capped_and_named_so_the_node_cannot_pass():
     """Bytes are capped by the fetch; counts here: checks, measurements per check and in
     all, labels, text lengths. Each cap passed is named; the result stays bounded."""
-    from rackready.result_shape import ResultCaps
+    from rackready.remote.result_shape import ResultCaps
 
     caps = ResultCaps(checks=3, measurements_per_check=5, measurements=8, labels=2,
                       text_chars=16, message_chars=32)
@@ -227,8 +227,8 @@ def test_counts_are_capped_and_named_so_the_node_cannot_pass():
 
 
 def test_a_result_of_countless_tiny_values_is_refused_before_parsing(tmp_path, monkeypatch):
-    from rackready import result_shape
-    from rackready.rundir import RunDir
+    from rackready.remote import result_shape
+    from rackready.run.rundir import RunDir
 
     monkeypatch.setattr(result_shape, "CAPS", result_shape.ResultCaps(json_values=1000))
     (tmp_path / "result.json").write_text(json.dumps(

@@ -15,10 +15,10 @@ from cryptography.hazmat.primitives import serialization
 from test_report_synthetic import healthy_and_faulty
 
 from rackready.report.build import build_reports
-from rackready.report.canonical import report_sha256, seal, write_report
 from rackready.report.cli import sign_run
 from rackready.report.errors import ReportError
-from rackready.report.signing import (
+from rackready.report.seal.canonical import report_sha256, seal, write_report
+from rackready.report.seal.signing import (
     MANIFEST,
     PASSPHRASE_ENV,
     document_problems,
@@ -311,7 +311,7 @@ def test_rebuilding_drops_the_signatures(signed: Path, keys: tuple[Path, Path]) 
 
 def test_a_manifest_with_an_unsafe_name_is_not_followed(signed: Path, tmp_path: Path,
                                                         keys: tuple[Path, Path]) -> None:
-    from rackready.report.signing import sign_document
+    from rackready.report.seal.signing import sign_document
 
     manifest = json.loads((signed / MANIFEST).read_text())
     manifest["files"].append({"path": "../outside", "sha256": "0" * 64, "bytes": 0})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rackready.report import build_reports
-from rackready.report.summary import terminal_summary
+from rackready.report.render.summary import terminal_summary
 from validation.judge import judge, limit_outcome
 from validation.model import CheckResult, Measurement, Threshold
 from validation.profile import ProfileError, check_threshold, load_profile, with_site
@@ -62,7 +62,7 @@ def test_the_profile_loader_refuses_a_tier_or_gross_line_that_does_not_hold(raw,
 def test_every_provisional_rate_of_the_base_profiles_states_its_gross_line():
     """The base profiles' provisional floors on rates and bandwidths carry a gross line at
     0.7 x the floor (the rule their header states); none stricter, none missing. The rack
-    step's floors are judged by rackready.rack_checks, which has no gross line yet: they
+    step's floors are judged by rackready.decide.rack, which has no gross line yet: they
     fail on any miss."""
     for name in ("xe9680-h200", "xe9680-h100", "dl380a-gen12-h200nvl", "dl380a-gen11-h100nvl"):
         prof = load_profile(name)
@@ -100,7 +100,7 @@ def test_the_judge_and_the_site_setting():
 def run_with_shortfalls(tmp_path, monkeypatch):
     """The real run with GPU 1's HBM at 3000 GB/s: below the provisional 3950, above the
     gross line 2760. Judged against the checks its own suite ran."""
-    from rackready import judging
+    from rackready.decide import node as judging
 
     result = json.loads(gzip.decompress(FIXTURE.read_bytes()))
     ran = [c["check"] for c in result["checks"]]
@@ -153,7 +153,7 @@ def test_below_expected_and_the_tier_count_show_in_every_format(run_with_shortfa
 
 
 def test_a_healthy_node_with_a_shortfall_passes_and_says_so():
-    from rackready.judging import _decide
+    from rackready.decide.outcome import decide_node as _decide
 
     v = {"check": "hbm", "metric": "hbm.bandwidth", "outcome": "below_expected",
          "component": "GPU 1", "threshold": {"tier": "provisional"}}

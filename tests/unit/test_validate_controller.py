@@ -20,8 +20,8 @@ import pytest
 from fake_node import FakeNode, finish
 from hwsim_node import make_node
 
-from rackready import validate
-from rackready.inventory import provisioned
+from rackready.site.inventory import provisioned
+from rackready.steps import validate
 
 
 def _garbage(command: str, channel: paramiko.Channel) -> bool:
@@ -203,7 +203,7 @@ def test_a_lying_node_is_never_believed(rack, lie, outcome, words):
 
 def test_the_exit_code_is_the_whole_runs_a_resumed_node_passing_is_not_enough():
     """`--resume RUN --node gpu02` once exited 0 while its rack.json said INCOMPLETE."""
-    from rackready.validate import exit_code
+    from rackready.decide.outcome import exit_code
 
     passed = {"outcome": "PASS"}
     assert exit_code({"gpu01": passed, "gpu02": passed}, {}) == 0

@@ -9,7 +9,6 @@ requires what the check needs).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ from validation.model import Measurement
 NEEDS = (
     "gpu", "nvswitch", "nvlink", "ib", "roce", "rdma", "nvme", "raid", "torch",
     "nccl-tests", "fio", "multi-gpu", "dcgm", "fabric-manager",
-    "bmc",  # out of band: the controller reads the BMC (rackready/oob.py), no node check
+    "bmc",  # out of band: the controller reads the BMC (rackready/steps/oob.py), no node check
     # the whole physical host (its SMBIOS DIMM table, every memory
     # channel), not a VM slice of it: DIMM inventory and memory bandwidth
     "bare-metal",
@@ -82,39 +81,31 @@ def check(
     return register
 
 
-# modules whose import registers checks; workload_checks belongs to the workloads
-_CHECK_MODULES = (
-    "validation.checks.gpu_inventory",
-    "validation.checks.gpu_health",
-    "validation.checks.nvlink",
-    "validation.checks.pcie",
-    "validation.checks.fabric",
-    "validation.checks.network",
-    "validation.checks.storage",
-    "validation.checks.kernel",
-    "validation.checks.dcgm",
-    "validation.checks.rdma_perf",
-    # NVSwitch SXids, NVMe SMART, host DIMMs/EDAC/MCE/bandwidth
-    "validation.checks.nvswitch",
-    "validation.checks.nvme_health",
-    "validation.checks.host",
-    # fabric/PCIe health: AER, link flaps, transceivers; GPU idle peers
-    "validation.checks.fabric_health",
-    "validation.checks.gpu_idle",
-    "validation.checks.health_delta",  # last: reads the end-of-run counters
-)
-
-
 def all_checks() -> dict[str, CheckSpec]:
-    """Every registered check by name, in registration order."""
-    for mod in _CHECK_MODULES:
-        importlib.import_module(mod)
-    try:
-        importlib.import_module("validation.checks.workload_checks")
-    except ModuleNotFoundError as exc:
-        # absent is fine; a module it imports that is missing is a real error
-        if exc.name != "validation.checks.workload_checks":
-            raise
+    """Every registered check by name, in registration order (the order imported here;
+    health_delta last: it reads the end-of-run counters)."""
+    # importing a check module registers its checks; each imports this module for
+    # `check`, so they are imported once it is whole, here
+    from validation.checks import (  # noqa: F401, I001  (the order is the registration order)
+        gpu_inventory,
+        gpu_health,
+        nvlink,
+        pcie,
+        fabric,
+        network,
+        storage,
+        kernel,
+        dcgm,
+        rdma_perf,
+        nvswitch,
+        nvme_health,
+        host,
+        fabric_health,
+        gpu_idle,
+        health_delta,
+        workload_checks,
+    )
+
     return dict(_REGISTRY)
 
 

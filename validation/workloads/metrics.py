@@ -227,7 +227,7 @@ WORKLOAD_METRICS: list[Metric] = [
     _m("fsdp.ckpt_bytes", "B", "size of the distributed checkpoint", "equal", judged=False),
     _m("fsdp.ckpt_write_gbps", "GB/s", "torch.distributed.checkpoint save throughput", "higher"),
     _m("fsdp.ckpt_read_gbps", "GB/s", "torch.distributed.checkpoint load throughput", "higher"),
-    # rack-level step (rackready.rack_checks, validation.workloads.rack_nccl)
+    # rack-level step (rackready.decide.rack, validation.workloads.rack_nccl)
     # Measured across nodes on one fabric and judged on the controller, never by a node.
     _m("rack.pair_busbw", "GB/s",
        "one rail between two nodes: sendrecv bandwidth each way at once (labels node_a, "

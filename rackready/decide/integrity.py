@@ -1,0 +1,234 @@
+"""What the controller knows about a node's result beyond its measurements: whether the
+session ended normally, the cited evidence arrived intact, the result belongs to this
+run and this machine, and the result agrees with what the node streamed live.
+
+Each problem is a finding, {"kind", "outcome", "problem"}: kind one of KINDS, outcome
+INCOMPLETE (the result cannot be believed) or FAIL (the node's own evidence shows a
+fault), problem one line naming the parts. rackready.decide.node records them in the
+judgement's "integrity" list and decide.outcome.decide_node decides from it; a node
+with a finding is never PASS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rackready.remote.result_shape import conform_result
+from rackready.run.rundir import sha256_file
+from rackready.sanitize import one_line
+
+KINDS = ("session", "evidence", "replay", "identity", "stream")
+FAILED_STATUSES = ("error", "timeout")
+_SHOWN = 3  # parts named in one line; the rest are counted
+
+
+def finding(kind: str, problem: str, outcome: str = "INCOMPLETE") -> dict[str, str]:
+    assert kind in KINDS and outcome in ("INCOMPLETE", "FAIL")
+    return {"kind": kind, "outcome": outcome, "problem": one_line(problem, 300)}
+
+
+def _names(items: list[str]) -> str:
+    shown = ", ".join(items[:_SHOWN])
+    return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
+
+
+# --- the session ------------------------------------------------------------------------
+
+def session_findings(problem: str, session: dict[str, Any]) -> list[dict[str, str]]:
+    """A session that did not end normally (a cap, a deadline, a stall, a failed fetch)
+    or a file the controller refused: what was fetched is not the node's whole word."""
+    out = [finding("session", problem)] if problem else []
+    refused = session.get("refused")
+    if isinstance(refused, list) and refused:
+        out.append(finding("session", f"{len(refused)} file(s) refused while fetching: "
+                                      f"{_names([str(r) for r in refused])}"))
+    return out
+
+
+# --- cited evidence ---------------------------------------------------------------------
+
+def cited_evidence(result: dict[str, Any]) -> dict[str, str | None]:
+    """What the result cites: its artifacts map (path -> sha256), and every artifact a
+    measurement names (no hash: it must at least be there), so a result that drops its
+    map still answers for the evidence its measurements point at."""
+    cited: dict[str, str | None] = {}
+    for c in _checks(result):
+        for m in c.get("measurements") or []:
+            if isinstance(m, dict) and isinstance(m.get("artifact"), str) and m["artifact"]:
+                cited.setdefault(m["artifact"], None)
+    recorded = result.get("artifacts")
+    if isinstance(recorded, dict):
+        cited.update({str(k): str(v) for k, v in recorded.items()})
+    return cited
+
+
+def evidence_findings(node_dir: Path, cited: dict[str, str | None]) -> list[dict[str, str]]:
+    """Every artifact result.json cites (path -> sha256) must be on the controller with
+    that hash: evidence that is missing or different backs nothing."""
+    root = (node_dir / "artifacts").resolve()
+    missing: list[str] = []
+    different: list[str] = []
+    for rel, want in sorted(cited.items()):
+        # the runner records paths relative to its out dir ("artifacts/x"); accept "x" too
+        path = (root / str(rel).removeprefix("artifacts/")).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            missing.append(str(rel))
+        elif want is not None and sha256_file(path) != want:
+            different.append(str(rel))
+    out = []
+    if missing:
+        out.append(finding("evidence", f"{len(missing)} of {len(cited)} cited artifact(s) "
+                                       f"missing on the controller: {_names(missing)}"))
+    if different:
+        out.append(finding("evidence", f"{len(different)} cited artifact(s) differ from the "
+                                       f"sha256 result.json records: {_names(different)}"))
+    return out
+
+
+# --- this run, this bundle ----------------------------------------------------------------
+
+def replay_findings(result: dict[str, Any], nonce: str | None,
+                    bundle_sha256: str | None) -> list[dict[str, str]]:
+    """The result must echo this run's nonce and name the bundle the controller shipped:
+    a result kept from another run (or another suite) is not this run's."""
+    out = []
+    if nonce and result.get("nonce") != nonce:
+        out.append(finding("replay", "result.json does not carry this run's nonce "
+                           + ("(it carries none)" if not result.get("nonce")
+                              else "(it carries another run's)")
+                           + ": not a result of this run"))
+    if bundle_sha256 and result.get("bundle_sha256") != bundle_sha256:
+        out.append(finding("replay", "the node ran a different validation bundle than the one "
+                           "shipped" if result.get("bundle_sha256")
+                           else "result.json names no bundle_sha256: the node ran a different "
+                                "validation bundle than the one shipped, or none"))
+    return out
+
+
+# --- which machine, which GPUs ------------------------------------------------------------
+
+def _checks(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The conformed result's checks (a result whose checks are no list has none)."""
+    checks = result.get("checks")
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+
+
+def gpu_ids(result: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """GPU index -> {"serial", "uuid"} from the judged measurements (gpu.serial, gpu.uuid)."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for c in _checks(result):
+        for m in c.get("measurements") or []:
+            kind = {"gpu.serial": "serial", "gpu.uuid": "uuid"}.get(m.get("name"))
+            gpu = (m.get("labels") or {}).get("gpu")
+            if kind and gpu is not None and m.get("value") not in (None, ""):
+                out[str(gpu)][kind] = str(m["value"]).strip()
+    return dict(out)
+
+
+def _short(host: str) -> str:
+    return host.strip().lower().split(".", 1)[0]
+
+
+def identity_findings(identity: dict[str, Any], result: dict[str, Any]
+                      ) -> list[dict[str, str]]:
+    """The result's hostname is the node's; no GPU serial or UUID twice on one node; the
+    serials are the inventory's where it lists them (rackready_gpu_serials)."""
+    out = []
+    want_hosts = [str(h) for h in identity.get("hostnames") or [] if h]
+    got = result.get("hostname")
+    if want_hosts and not (isinstance(got, str) and _short(got) in map(_short, want_hosts)):
+        out.append(finding("identity", f"result.json is from host {got!r}, not this node "
+                                       f"({', '.join(want_hosts)})"))
+    ids = gpu_ids(result)
+    for kind in ("serial", "uuid"):
+        seen: dict[str, list[str]] = defaultdict(list)
+        for gpu, entry in sorted(ids.items()):
+            if entry.get(kind):
+                seen[entry[kind]].append(gpu)
+        for value, gpus in sorted(seen.items()):
+            if len(gpus) > 1:
+                out.append(finding("identity", f"GPU {kind} {value} reported for GPUs "
+                                               f"{', '.join(gpus)} of this node"))
+    expected = [str(s) for s in identity.get("gpu_serials") or []]
+    if expected and ids:
+        serials = {e["serial"]: gpu for gpu, e in ids.items() if e.get("serial")}
+        extra = [f"GPU {g} serial {s}" for s, g in sorted(serials.items(), key=lambda x: x[1])
+                 if s not in expected]
+        absent = [s for s in expected if s not in serials]
+        if extra or absent:
+            words = "; ".join(p for p in (
+                f"not in the inventory: {_names(extra)}" if extra else "",
+                f"expected but not found: {_names(absent)}" if absent else "") if p)
+            out.append(finding("identity", f"GPU serials differ from rackready_gpu_serials: "
+                                           f"{words}", "FAIL"))
+    return out
+
+
+def rack_identity_findings(ids_by_node: dict[str, dict[str, dict[str, str]]]
+                           ) -> dict[str, list[dict[str, str]]]:
+    """One GPU serial or UUID on two nodes: neither node's result can be believed."""
+    owners: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for node, ids in ids_by_node.items():
+        for entry in ids.values():
+            for kind in ("serial", "uuid"):
+                if entry.get(kind):
+                    owners[(kind, entry[kind])].add(node)
+    out: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for (kind, value), nodes in sorted(owners.items()):
+        if len(nodes) > 1:
+            for node in sorted(nodes):
+                others = ", ".join(sorted(nodes - {node}))
+                out[node].append(finding("identity", f"GPU {kind} {value} is also reported "
+                                                     f"by {others}"))
+    return dict(out)
+
+
+# --- the live stream against result.json ------------------------------------------------
+
+def _values(check: dict[str, Any]) -> list[str]:
+    return sorted(json.dumps([m.get("name"), m.get("labels"), m.get("value")], sort_keys=True)
+                  for m in check.get("measurements") or [])
+
+
+def stream_findings(events: list[dict[str, Any]], result: dict[str, Any]
+                    ) -> list[dict[str, str]]:
+    """What the node streamed while it ran must be what result.json says afterwards. A
+    check the stream reported failing (an error, a timeout) that result.json calls ok is
+    a FAIL: the node's live word stands; any other disagreement is INCOMPLETE."""
+    raw = [ev["result"] for ev in events
+           if ev.get("event") == "check_finished" and isinstance(ev.get("result"), dict)]
+    streamed = {c["check"]: c for c in conform_result({"checks": raw}, [])["checks"]}
+    reported = {c["check"]: c for c in _checks(result)}
+    out = []
+    for name, live in sorted(streamed.items()):
+        final = reported.get(name)
+        if final is None:
+            out.append(finding("stream", f"check {name} finished {live['status']} in the live "
+                                         "stream and is absent from result.json"))
+        elif live["status"] in FAILED_STATUSES and final["status"] == "ok":
+            out.append(finding("stream", f"check {name}: {live['status']} in the live stream "
+                                         f"({one_line(live.get('message') or '', 80)}), ok in "
+                                         "result.json", "FAIL"))
+        elif live["status"] != final["status"] or _values(live) != _values(final):
+            out.append(finding("stream", f"check {name}: result.json differs from the live "
+                                         f"stream ({live['status']} streamed, "
+                                         f"{final['status']} in result.json)"))
+    return out
+
+
+def node_findings(node_dir: Path, identity: dict[str, Any], result: dict[str, Any] | None,
+                  events: list[dict[str, Any]], session: dict[str, Any], nonce: str | None,
+                  bundle_sha256: str | None) -> list[dict[str, str]]:
+    """Every finding for one node but its session problem (judging adds that one)."""
+    out = session_findings("", session)
+    if result is None:
+        return out  # no result: INCOMPLETE already, nothing to compare it with
+    out += replay_findings(result, nonce, bundle_sha256)
+    out += identity_findings(identity, result)
+    out += evidence_findings(node_dir, cited_evidence(result))
+    if events:
+        out += stream_findings(events, result)
+    return out

@@ -1,0 +1,24 @@
+"""The limits record of a node judgement: how many verdicts rest on each tier of limit,
+how many read below expected, the site's choices (carried into every report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def limits_record(j: dict[str, Any]) -> dict[str, Any]:
+    """How many of the node's judged verdicts rest on each tier of limit, how many read
+    below expected, and the site's choices: carried into every report as decided here."""
+    previous = j.get("limits") or {}
+    tiers = {"spec": 0, "measured": 0, "provisional": 0, "calibrated": 0}
+    below = 0
+    for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", []):
+        t = v.get("threshold")
+        if v["outcome"] not in ("pass", "fail", "below_expected") or not isinstance(t, dict):
+            continue
+        tier = str(t.get("tier") or "spec")
+        tiers[tier if tier in tiers else "spec"] += 1
+        below += v["outcome"] == "below_expected"
+    return {"judged": sum(tiers.values()), **tiers, "below_expected": below,
+            "provisional_limits": previous.get("provisional_limits", "gross"),
+            "calibration": previous.get("calibration", "")}

@@ -1,0 +1,1 @@
+"""Canonical bytes, hashes and Ed25519 signatures of the reports."""

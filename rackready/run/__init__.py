@@ -1,0 +1,1 @@
+"""The run store: the only reader and writer of a run directory."""

@@ -1,0 +1,230 @@
+"""The out-of-band step of `invoke validate`: read each node's BMC through Redfish.
+
+Runs on the controller (the BMC is out of band), one node at a time per worker, next
+to the node's SSH session. It measures (firmware versions, PSU redundancy and health,
+fans, temperatures and voltages against the BMC's own thresholds, new critical log
+entries since provisioning, power-on hours) and records the node's identity and a
+"before handoff" log excerpt; it decides nothing. The measurements form the check
+`bmc`, judged by the same judge as every node check (rackready.decide.node) against the
+profile's thresholds; a profile that `requires: [bmc]` fails a node whose BMC could
+not be read (no address, unreachable, wrong password), with the reason in one line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rackready.decide.node import BMC_CHECK
+from rackready.errors import UserError
+from rackready.redfish.bios import read_state
+from rackready.redfish.client import Client, RedfishError
+from rackready.redfish.inventory import EXCERPT, gather
+from rackready.run.rundir import now_iso
+from rackready.sanitize import one_line
+from rackready.site.bmc import BmcAccess
+from rackready.site.inventory import Node
+from rackready.site.paths import PROJECT_ROOT
+from validation.model import CheckResult, Measurement
+
+CHECK = BMC_CHECK
+# Where the bios role records each node's provisioning time (the BMC's clock).
+BASELINE_DIR = PROJECT_ROOT / "artifacts" / "bmc"
+# The bios role's profiles: validation judges the BIOS against the same data.
+BIOS_PROFILES = PROJECT_ROOT / "roles" / "bios" / "profiles"
+NO_ADDRESS = "no BMC address (rackready_bmc_address) in the inventory"
+_WORST = {"Critical": 3, "Warning": 2, "unknown": 1, "OK": 0}
+_NOT_PRESENT = {"Absent", "Disabled", "StandbyOffline", "UnavailableOffline"}
+
+
+def _time(text: str) -> dt.datetime | None:
+    try:
+        t = dt.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)
+
+
+def provisioned_at(node: str, folder: Path = BASELINE_DIR) -> tuple[str | None, str]:
+    """(BMC time of the last provisioning, where it came from)."""
+    path = folder / f"{node}.json"
+    try:
+        value = json.loads(path.read_text()).get("bmc_time")
+    except (OSError, ValueError, AttributeError):
+        return None, "no provisioning time recorded (bios role): every entry counts"
+    if not value or _time(str(value)) is None:
+        return None, f"{path.name} holds no usable time: every entry counts"
+    return str(value), f"provisioning recorded by the bios role ({path.name})"
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def measurements(data: dict[str, Any], since: str | None) -> list[Measurement]:
+    """Redfish data -> measurements (no opinions: thresholds come from the profile)."""
+    out: list[Measurement] = []
+    for fw in data.get("firmware") or []:
+        out.append(Measurement("bmc.firmware.version", fw["version"], "",
+                               {"component": fw["class"], "item": fw["name"]}))
+    groups = data.get("redundancy") or []
+    worst = max(groups, key=lambda h: _WORST.get(h, 1)) if groups else "not reported"
+    out.append(Measurement("bmc.psu.redundancy", worst, ""))
+    for p in data.get("psus") or []:
+        # the name carries the slot (iDRAC "PS6 Status", iLO "... Supply 4"); the serial is
+        # what an RMA needs
+        psu = p["name"] + (f" serial {p['serial']}" if p.get("serial") else "")
+        out.append(Measurement("bmc.psu.health", p["health"], "", {"psu": psu}))
+    for f in data.get("fans") or []:
+        if f.get("state") in _NOT_PRESENT - {"Absent"}:
+            continue
+        out.append(Measurement("bmc.fan.health", f["health"], "", {"fan": f["name"]}))
+    for t in data.get("temperatures") or []:
+        if t.get("state") in _NOT_PRESENT:
+            continue
+        labels = {"sensor": t["name"]}
+        out.append(Measurement("bmc.sensor.health", t["health"], "", labels))
+        reading, upper = _num(t.get("reading")), _num(t.get("upper"))
+        if reading is not None and upper is not None:
+            out.append(Measurement("bmc.temperature.margin", round(upper - reading, 2), "C",
+                                   labels))
+    for v in data.get("voltages") or []:
+        if v.get("state") in _NOT_PRESENT:
+            continue
+        labels = {"sensor": v["name"]}
+        out.append(Measurement("bmc.sensor.health", v["health"], "", labels))
+        reading, lo, hi = _num(v.get("reading")), _num(v.get("lower")), _num(v.get("upper"))
+        if reading is not None and (lo is not None or hi is not None):
+            ok = (lo is None or reading >= lo) and (hi is None or reading <= hi)
+            out.append(Measurement("bmc.voltage.in_range", ok, "", labels))
+    for log, entries in _new_critical(data, since).items():
+        labels = {"log": log}
+        if entries:
+            e = entries[0]
+            labels["entry"] = one_line(f"{e['id']} at {e['created']}: {e['message']}"
+                                       + (f" ({e['sensor']})" if e.get("sensor") else ""), 200)
+        out.append(Measurement("bmc.log.critical_new", len(entries), "", labels))
+    for attr, (want, have) in sorted((data.get("bios_profile") or {}).items()):
+        out.append(Measurement("bmc.bios.matches_profile", _same(have, want), "",
+                               {"bios": f"{attr} is {have}, profile {want}"}))
+    hours = (data.get("system") or {}).get("power_on_hours")
+    if hours is not None:
+        out.append(Measurement("bmc.power_on_hours", hours, "h"))
+    return out
+
+
+def _same(have: Any, want: Any) -> bool:
+    return have is not None and str(have).strip().lower() == str(want).strip().lower()
+
+
+def bios_profile(node: Node) -> tuple[dict[str, Any], str]:
+    """The BIOS settings the bios role applies to this node (its profile's `set` and
+    `implied`, with the site's bios_attributes_override): the role's own data, not a copy."""
+    name = (node.platform or "").split("-")[0]
+    path = BIOS_PROFILES / f"{name}.yml"
+    if not name or not path.is_file():
+        return {}, f"no BIOS profile for platform {node.platform!r}"
+    data = yaml.safe_load(path.read_text()) or {}
+    want = {k: v["value"] for part in ("set", "implied")
+            for k, v in (data.get(part) or {}).items()}
+    override = (node.provisioned or {}).get("bios_attributes_override")
+    if isinstance(override, dict):
+        want.update(override)
+    return want, f"roles/bios/profiles/{name}.yml"
+
+
+def _new_critical(data: dict[str, Any], since: str | None) -> dict[str, list[dict[str, Any]]]:
+    """Per log service: its critical entries newer than `since` (all of them without it)."""
+    start = _time(since) if since else None
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in data.get("logs") or []:
+        bucket = out.setdefault(e["log"], [])
+        if e.get("severity") != "Critical":
+            continue
+        created = _time(e.get("created", ""))
+        if start is not None and created is not None and created <= start:
+            continue
+        bucket.append(e)
+    return out
+
+
+def excerpt(data: dict[str, Any], since: str | None, n: int = EXCERPT) -> list[dict[str, str]]:
+    """The "before handoff" log excerpt: the newest entries since provisioning."""
+    start = _time(since) if since else None
+    rows = [e for e in data.get("logs") or []
+            if start is None or (_time(e.get("created", "")) or start) > start]
+    rows.sort(key=lambda e: _time(e.get("created", "")) or dt.datetime.min.replace(
+        tzinfo=dt.timezone.utc))
+    return [{k: str(e.get(k, "")) for k in ("log", "id", "created", "severity", "message",
+                                             "sensor")} for e in rows[-n:]]
+
+
+def identity(data: dict[str, Any]) -> dict[str, Any]:
+    s = data.get("system") or {}
+    mgr = (data.get("managers") or [{}])[0]
+    main = next((c for c in data.get("chassis") or [] if c.get("serial")), {})
+    return {
+        "manufacturer": s.get("manufacturer", ""), "model": s.get("model", ""),
+        "serial": s.get("serial", ""), "service_tag": s.get("sku", ""),
+        "chassis_model": main.get("model", ""), "chassis_serial": main.get("serial", ""),
+        "bios_version": s.get("bios_version", ""),
+        "bmc": f"{mgr.get('model', '')} {mgr.get('firmware', '')}".strip(),
+        "power_on_hours": s.get("power_on_hours"),
+        "firmware": [{"component": f["class"], "name": f["name"], "version": f["version"]}
+                     for f in data.get("firmware") or []],
+        "psus": [{"name": p["name"], "model": p["model"], "serial": p["serial"],
+                  "firmware": p["firmware"]} for p in data.get("psus") or []],
+    }
+
+
+def bios_attributes(client: Client) -> dict[str, Any]:
+    """The BIOS settings in force (pending ones are not: they wait for a reboot)."""
+    return read_state(client).current
+
+
+def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_DIR
+            ) -> dict[str, Any]:
+    """One node's out-of-band record (bmc.json). Never raises for the node's trouble."""
+    started, t0 = now_iso(), time.monotonic()
+    rec: dict[str, Any] = {"node": node.name, "started": started, "address": None,
+                           "since": None, "since_source": "", "identity": {},
+                           "log_excerpt": [], "problem": ""}
+    status, found, secret = "ok", [], ""
+    try:
+        access: BmcAccess | None = node.bmc() if node.bmc else None
+        if access is None:
+            status, rec["problem"] = "skipped", NO_ADDRESS
+        else:
+            secret = access.password.reveal()
+            rec["address"] = access.address
+            since, source = provisioned_at(node.name, baseline_dir)
+            rec["since"], rec["since_source"] = since, source
+            want, rec["bios_profile"] = bios_profile(node)
+            with Client(access.address, access.user, secret, ca_file=access.ca_file,
+                        insecure_skip_verify=access.insecure_skip_verify, timeout=timeout,
+                        node=node.name) as client:
+                data = gather(client)
+                if want:
+                    current = bios_attributes(client)
+                    data["bios_profile"] = {k: (v, current.get(k)) for k, v in want.items()}
+            found = measurements(data, since)
+            rec["identity"] = identity(data)
+            rec["log_excerpt"] = excerpt(data, since)
+    except (UserError, RedfishError) as exc:
+        status, rec["problem"] = "error", one_line(str(exc))
+    except Exception as exc:  # noqa: BLE001  one BMC's surprise must not stop the rack
+        status = "error"
+        rec["problem"] = one_line(f"controller error reading the BMC: {type(exc).__name__}: "
+                                  f"{exc}")
+    if secret:  # last guard: the password never reaches a file
+        rec["problem"] = rec["problem"].replace(secret, "********")
+    rec["finished"] = now_iso()
+    rec["check"] = CheckResult(check=CHECK, status=status,  # type: ignore[arg-type]
+                               duration_s=time.monotonic() - t0, measurements=tuple(found),
+                               message=rec["problem"], needs=(CHECK,)).to_dict()
+    return rec
