@@ -12,11 +12,11 @@ HARDWARE_CHECKS = (
     "pcie.gpu_link", "pcie.nic_link", "pcie.numa", "pcie.acs", "fabric.state", "fabric.manager",
     "network.ports", "network.roce_qos", "network.peermem", "storage.nvme", "storage.raid",
     "kernel.cmdline", "kernel.nouveau", "health.delta",
-    # issue 16 (w16n)
+    # host health
     "nvswitch.sxid", "storage.nvme_health", "host.dimms", "host.memory_errors",
 )
 
-# issue 16 (w16n): host-side faults (rackready/lab/hwsim/faults_host.py) -> (checks, names)
+# host-side faults (rackready/lab/hwsim/faults_host.py) -> (checks, names)
 HOST_FAULT_EXPECTATIONS = {
     "sxid": lambda c: (("nvswitch.sxid",), [f"NVSwitch {c['index']}", c["bus_id"]]),
     "nvme-media-errors": lambda c: (("storage.nvme_health",),
@@ -31,7 +31,7 @@ HOST_FAULT_EXPECTATIONS = {
 }
 
 
-# --- issue 16: fabric and PCIe faults (rackready/lab/hwsim/faults_fabric.py) ---------------
+# --- fabric and PCIe faults (rackready/lab/hwsim/faults_fabric.py) ---------------
 # the checks that read them: AER totals, transceivers, GPU idle peers, and the GPUDirect
 # rail bandwidth (hwsim's ib_write_bw answers at once, so it stays a hardware read here)
 HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw")

@@ -18,7 +18,7 @@ from validation.workloads.golden import (
 # Fewer nodes than this share no robust majority to compare with.
 FLEET_MIN_NODES = 3
 
-# --- the rack's reference-job curves compared with each other (issue 15) ---
+# --- the rack's reference-job curves compared with each other ---
 RACK_CURVE_METRIC = "fsdp.loss_rack_deviation"
 
 

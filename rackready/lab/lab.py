@@ -83,7 +83,7 @@ def up(count: int = 2, profile: str | None = None, progress=print,
         raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
     if existing and len(existing) == len(specs) and all(nodes.pid_of(s) for s in specs) \
             and repo.serving_pid() and nodes.pid_of(config.jump_spec()):
-        lab_bmc.start_all(specs)  # the nodes' BMCs (issue 17): idempotent
+        lab_bmc.start_all(specs)  # the nodes' BMCs: idempotent
         return specs  # already up: the nodes' apt indexes stay valid (no rebuild)
     installed = ensure_host_packages()
     if installed:

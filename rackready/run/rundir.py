@@ -302,7 +302,7 @@ class RunDir:
     def read_judgement(self, node: str) -> dict[str, Any] | None:
         return _read_own_json(self.paths(node).judgement) or None
 
-    # out of band (issue 17): the controller's record of the node's BMC (rackready.steps.oob)
+    # out of band: the controller's record of the node's BMC (rackready.steps.oob)
     def write_bmc(self, node: str, record: dict[str, Any]) -> None:
         _write_json_atomic(self.prepare_node(node).dir / "bmc.json", record)
 

@@ -55,7 +55,7 @@ class Node:
     # The role variables validation judges against, under their Ansible names, as the
     # roles see them (host/group vars over role defaults): one source for both sides.
     provisioned: dict | None = None
-    # The BMC (issue 17): resolved only when the out-of-band step needs it, so a vaulted
+    # The BMC: resolved only when the out-of-band step needs it, so a vaulted
     # password without a vault password fails that node alone; never printed (repr=False).
     bmc: Callable[[], BmcAccess | None] | None = field(default=None, repr=False, compare=False)
 

@@ -268,7 +268,7 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
 
 
 def _run_oob(run: RunDir, r: NodeRun, board: Board) -> None:
-    """The node's BMC, read from the controller after its session (issue 17): log entries
+    """The node's BMC, read from the controller after its session: log entries
     written during the burn-in count too. Its trouble is recorded, never raised."""
     board.update(r.node.name, "reading BMC")
     try:

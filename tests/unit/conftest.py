@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rackready.report.seal.signing import PASSPHRASE_ENV, generate_key
 
 # The rackready modules these builds call, in one place (the controller's modules are
 # moving into subpackages: re-point these lines, nothing else).
 from rackready.report.build import build_reports
 from rackready.report.cli import main as report_main
 from rackready.report.cli import sign_run
+from rackready.report.seal.signing import PASSPHRASE_ENV, generate_key
 
 # --- the healthy hwsim node's hardware checks ------------------------------------------
 

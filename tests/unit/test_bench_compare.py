@@ -1,9 +1,9 @@
-"""bench/compare.py: issue 15's table from one bench sitting, on recorded text.
+"""bench/compare.py: the levels' table from one bench sitting, on recorded text.
 
 nccl-tests: the real 2x H200 captures (tests/fixtures/hgx-h200-2gpu). rackready: the recorded
 bench run (tests/fixtures/bench/h200x2-2026-11-30). torchtitan: lines in the exact format of
 its v0.2.2 metric logger (torchtitan/components/metrics.py, ANSI colours included) carrying
-the figures issue 15 quotes (no capture of its log is stored).
+the figures the bench notes quote (no capture of its log is stored).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def test_loss_curve_row_says_whether_every_window_falls(work):
         return next(r for w, r in rows.items() if w.startswith("reference job 8B loss"))
 
     assert row()["met"] is True  # the recorded curve falls 12.55 -> 8.32, window by window
-    # issue 15's 8B curve (no clipping, no decay): 12.55, 2.92, ... 11.73 ... 8.32
+    # the bench notes' 8B curve (no clipping, no decay): 12.55, 2.92, ... 11.73 ... 8.32
     issue = [12.55, 2.92, 3.04, 8.39, 3.87, 3.54, 2.87, 11.73, 9.45, 8.99, 8.50, 8.32]
     f = work / "fsdp8b_none" / "fsdp_train.rank0.jsonl"
     kept = [line for line in f.read_text().splitlines() if '"fsdp.loss"' not in line]

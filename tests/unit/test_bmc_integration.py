@@ -1,4 +1,4 @@
-"""The two halves of issue 17 against each other, no lab needed: the REAL lab Redfish
+"""The out-of-band step's two halves against each other, no lab needed: the REAL lab Redfish
 service (rackready/lab/redfish, in a thread on 127.0.0.1, lab CA, tree built from hwsim's
 node state) driven by the REAL controller code: the bios module's run() (what the role's
 task calls), the lab's own reset hook and fault kinds, and validate's out-of-band step

@@ -200,7 +200,7 @@ def test_nvlink_results_follow_the_uuid_to_the_serial(tmp_path):
 
 
 # nvidia-smi nvlink -s with MIG enabled: the GPU line, then nvidia-smi's refusal in
-# place of link lines (driver R525+ wording as quoted in issue 14), or one line alone.
+# place of link lines (driver R525+ wording), or one line alone.
 MIG_NVLINK = [
     "GPU 0: NVIDIA H200 (UUID: GPU-a)\n\tNVLink is not supported for Devices in MIG mode.\n"
     "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\tNVLink is not supported for Devices in MIG mode.\n",

@@ -1,4 +1,4 @@
-"""Collectives in place and out of place, as nccl-tests defines them (issue 15)."""
+"""Collectives in place and out of place, as nccl-tests defines them."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ EVIDENCE: dict[str, Path] = {}
 def _run(tmp: Path, results: dict[str, dict | None], site: dict, only=None) -> RunDir:
     """A run directory as `invoke validate` leaves it before judging."""
     plan = Plan(run_id="r1", inventory="lab", level="quick", only=only,
-                # these synthetic nodes have no BMC (lab profiles require one: issue 17)
+                # these synthetic nodes have no BMC (lab profiles require one)
                 nodes=[PlannedNode(n, PROFILE, {**site, "node": n}, without=("bmc",))
                        for n in results])
     run = RunDir.create(None, str(tmp / "run"), plan)

@@ -211,7 +211,7 @@ def test_real_blkid_on_blank_ext4_and_mbr_images(tmp_path: Path):
 # ---------------------------------------------------------------------------
 # The module end to end on real block devices: images built here, attached as
 # loop devices, and the module's own lsblk/blkid/partx calls reading them. Every
-# case of issue 14 runs with wipe=true and must still be refused.
+# refusal case runs with wipe=true and must still be refused.
 #
 # This machine's kernel has no partition-table parsers, no device-mapper and no
 # md: partitions are added with `partx -a` (BLKPG, which needs no parser), and

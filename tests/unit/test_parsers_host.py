@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (tool output samples keep their real column widths)
-"""Parsers and checks of issue 16's host classes, on the documented formats and variants.
+"""Parsers and checks of the host-health classes, on the documented formats and variants.
 
 Samples are written from each format's source or specification (named in each test's
 docstring); none comes from a machine of ours (the captured H200 VM has no NVSwitch

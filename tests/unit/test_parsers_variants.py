@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (tool output samples keep their real column widths)
-"""Parsers against the field's variety of tool output (issue 14).
+"""Parsers against the field's variety of tool output.
 
 Each sample is written from the tool's own source or documentation, named in the
 test's docstring; none comes from a machine of ours (the captured H200 VM has no
@@ -164,7 +164,7 @@ GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-dd3b269a-8f3a-d2d5-1518-2713ba03fcf7)
 
 def test_nvlink_status_in_mig_mode_is_unknown():
     """`nvidia-smi nvlink -s` on a GPU in MIG mode prints nvidia-smi's refusal ("... not
-    supported for Devices in MIG mode", issue 14) instead of link lines."""
+    supported for Devices in MIG mode") instead of link lines."""
     st = nvidia_smi.read_nvlink_status(MIG_NVLINK_S)
     assert st.unknown == {0: "NVLink is not supported for Devices in MIG mode."}
     assert st.links == {1: {0: 26.562}}

@@ -1,5 +1,5 @@
 """The reference job as a detector: schedule, clipping, activation checkpointing, golden
-curves and the rack's step-by-step comparison (issue 15)."""
+curves and the rack's step-by-step comparison."""
 
 from __future__ import annotations
 

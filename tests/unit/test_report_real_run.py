@@ -33,7 +33,7 @@ def _run_dir(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True, scope="module")
 def _the_fixture_suites_checks():
     """The controller expects every check of its own suite at the run's level; checks added
-    to the quick level after this run was captured (issue 16's host checks, ...) were never
+    to the quick level after this run was captured (the host-health checks, ...) were never
     the real run's to report. Judge it against the checks its own suite ran, so the report
     shows the run's true failures rather than INCOMPLETE for checks it could not know."""
     from rackready.decide import node as judging
@@ -107,7 +107,7 @@ def real_pdf(tmp_path_factory) -> Path:
 
 @pytest.mark.browser
 def test_real_node_report_is_at_most_12_pages(real_pdf: Path) -> None:
-    # 42 pages before the report was redesigned around the decision (issue 11).
+    # 42 pages before the report was redesigned around the decision.
     pages = pdf_pages(real_pdf)
     assert 3 <= pages <= 12, pages
 

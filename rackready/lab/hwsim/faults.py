@@ -163,10 +163,10 @@ FAULTS: dict[str, FaultFn] = {
     "ib-port-down": _ib_port_down,
     "nvme-missing": _nvme_missing,
 }
-from .faults_host import HOST_FAULTS  # noqa: E402  issue 16 (w16n): host-side faults
+from .faults_host import HOST_FAULTS  # noqa: E402  host-side faults
 
 FAULTS.update(HOST_FAULTS)
-# issue 16: fabric and PCIe faults (imported here, after FAULTS, to avoid an import cycle)
+# fabric and PCIe faults (imported here, after FAULTS, to avoid an import cycle)
 from .faults_fabric import FABRIC_FAULTS  # noqa: E402
 
 FAULTS.update(FABRIC_FAULTS)

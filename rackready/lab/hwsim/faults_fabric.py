@@ -1,4 +1,4 @@
-"""Fabric and PCIe faults (issue 16): aer-storm, link-flap, slow-rail, transceiver-hot.
+"""Fabric and PCIe faults: aer-storm, link-flap, slow-rail, transceiver-hot.
 
 aer-storm and link-flap must show as a CHANGE during a run, so besides the counts they
 set at once, their records carry `ticks`: per stand-in tool call, the node side

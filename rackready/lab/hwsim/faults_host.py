@@ -1,4 +1,4 @@
-"""Host-side fault kinds (issue 16): NVSwitch SXid, NVMe SMART, DIMMs, EDAC.
+"""Host-side fault kinds: NVSwitch SXid, NVMe SMART, DIMMs, EDAC.
 
 Same contract as faults.py: each function edits the state copy it is given and returns
 the record (the component it hits, in the words a technician uses) for state["faults"].

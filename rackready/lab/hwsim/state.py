@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from .host_state import host_state  # issue 16 (w16n)
+from .host_state import host_state
 from .topology import (
     GPU_MODELS,
     GPUS_PER_NODE,
@@ -126,7 +126,7 @@ def _cpus(socket: int, per_socket: int) -> str:
 
 
 def _bmc_firmware(platform: str, hgx: bool) -> str:
-    # issue 17: iDRAC9 7.x on 16G; iLO 6 1.6x on Gen11, iLO 7 1.1x on Gen12 (representative)
+    # iDRAC9 7.x on 16G; iLO 6 1.6x on Gen11, iLO 7 1.1x on Gen12 (representative)
     if hgx:
         return "7.10.50.00"
     return "1.62" if "gen11" in platform else "1.10"
@@ -192,7 +192,7 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
             "fabric": ({"state": "Completed" if provisioned else "Not Started",
                         "status": "Success" if provisioned else "N/A"}
                        if hgx else {"state": "N/A", "status": "N/A"}),
-            "aer": aer_zero(),  # issue 16: PCIe AER counters (sysfs aer_dev_*)
+            "aer": aer_zero(),  # PCIe AER counters (sysfs aer_dev_*)
         })
 
     nvswitches = [{"index": s, "bdf": f"0000:{0xE4 + s:02x}:00.0", "numa": 1,
@@ -251,7 +251,7 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
                  "members": [d["namespace"] for d in nvme if d["role"] == "data"],
                  "assembled": provisioned},
         "faults": [],
-        "host": host_state(platform, node),  # issue 16 (w16n): DIMMs, MCE, SXids
+        "host": host_state(platform, node),  # DIMMs, MCE, SXids
     }
     state["pristine"] = pristine_copy(state)
     return state
@@ -288,7 +288,7 @@ def _nic(node: str, i: int, bdf: str, numa: int, role: str, gpu: int | None,
                      "port_rcv_errors": 0, "port_xmit_discards": 0,
                      "port_rcv_remote_physical_errors": 0, "local_link_integrity_errors": 0,
                      "excessive_buffer_overrun_errors": 0},
-        # issue 16: PCIe AER counters and the port's transceiver (mlxlink -m -c)
+        # PCIe AER counters and the port's transceiver (mlxlink -m -c)
         "aer": aer_zero(), "module": transceiver(node, i),
     }
 
@@ -323,7 +323,7 @@ def _nvme(node: str, i: int, bdf: str, numa: int, role: str, model: dict[str, An
                       "temperature_c": 38}}
 
 
-# --- issue 16: PCIe AER counters and transceivers ---------------------------------------
+# --- PCIe AER counters and transceivers ---------------------------------------------
 # 400G single-port OSFP multimode module of the ConnectX-7 HCA (NVIDIA's cable list)
 TRANSCEIVER = {"identifier": "OSFP", "cable_type": "Optical Module",
                "compliance": "400GBASE-SR4", "vendor": "NVIDIA", "part": "MMA4Z00-NS400"}

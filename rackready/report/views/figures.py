@@ -69,7 +69,7 @@ def busbw_figure(doc: dict[str, Any]) -> Figure | None:
     unit = ms[0].get("unit") or "GB/s"
     panels = []
     for op in ops:
-        # issue 15: one line per mode (in place / out of place), never one zig-zag line
+        # one line per mode (in place / out of place), never one zig-zag line
         modes = list(dict.fromkeys(m["labels"].get("mode", "") for m in ms
                                    if m["labels"].get("op", "all") == op))
         lines = [Line("measured" + (f" {mode.replace('_', ' ')}" if len(modes) > 1 else ""),

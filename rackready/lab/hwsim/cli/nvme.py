@@ -44,7 +44,7 @@ def as_json(drives: list[dict[str, Any]]) -> str:
     return json.dumps({"Devices": devices}, indent=2) + "\n"
 
 
-# issue 16 (w16n): the SMART / Health log as nvme-cli 2.x prints it with -o json
+# the SMART / Health log as nvme-cli 2.x prints it with -o json
 # (nvme-print-json.c json_smart_log: temperature in Kelvin, percent_used, counters as numbers)
 def smart_json(d: dict[str, Any]) -> str:
     s = d.get("smart", {})

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import SPEED_OF_GEN, present, read_capture
-from .host_render import kern_lines, render_host  # issue 16 (w16n)
+from .host_render import kern_lines, render_host
 from .pci import pci_devices
 
 # name -> (size, users); sizes as a 6.1 kernel reports them, to look plausible.
@@ -90,7 +90,7 @@ def _kern_log(state: dict[str, Any]) -> str:
             lines.append(f"Nov 30 01:{int(t) // 60 % 60:02d}:{int(t) % 60:02d} {state['node']} "
                          f"kernel: [{t:12.6f}] NVRM: Xid (PCI:{g['bdf'][:-2]}): {x['xid']}, "
                          f"pid='<unknown>', name=<unknown>, {x['text']}")
-    lines += kern_lines(state, state["node"])  # issue 16 (w16n): MCE and SXid lines
+    lines += kern_lines(state, state["node"])  # MCE and SXid lines
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -200,10 +200,10 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
                  "max_link_width": str(dev["width_max"])}
         for name, value in files.items():
             _write(base / name, value + "\n")
-        if "aer" in dev:  # issue 16: GPUs and NICs carry PCIe AER counters
+        if "aer" in dev:  # GPUs and NICs carry PCIe AER counters
             for fname, text in aer_files(dev["aer"]).items():
                 _write(base / fname, text)
     _infiniband(state, root)
     _efi(state, root)
-    render_host(state, root)  # issue 16 (w16n): SMBIOS table, EDAC
+    render_host(state, root)  # SMBIOS table, EDAC
     _write(root / "var/log/kern.log", _kern_log(state))
