@@ -25,7 +25,7 @@ from urllib.parse import unquote
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "decide"))
 from test_report_synthetic import healthy_and_faulty  # noqa: E402
 
 from rackready.report.build import build_reports  # noqa: E402

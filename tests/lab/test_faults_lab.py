@@ -1,7 +1,7 @@
 """One lab.fault kind of each fault family (tests/fault_expectations.py FAULT_FAMILIES),
 validated over SSH on a provisioned lab node: the node fails, and the failing check names
 the faulted part (GPU serial, NVLink, NIC port, ...). Every kind runs through hwsim in
-tests/unit/test_validation_hwsim.py with the same expectation.
+tests/unit/lab/test_validation_hwsim.py with the same expectation.
 
 Only the hardware checks run here (`--only`): a fault lives in the hardware state,
 which the CPU workloads never read; the healthy node's full run is in

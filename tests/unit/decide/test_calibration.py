@@ -1,0 +1,152 @@
+"""Site calibration (rackready.decide.calibration): floors from known-good nodes by robust
+statistics, outliers refused by name, never looser than the gross line; the overlay as
+the judge and the planner read it.
+
+Per-NIC GPUDirect figures are made here: about 390 Gb/s on each of 8 rails, the lab's
+simulated ConnectX-7 NDR (97.5 % of 400 Gb/s less a stable per-port spread of 1.5 %).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rackready.decide.calibration import calibrate_profile, overlay_document
+from rackready.errors import UserError
+from validation.judge import judge
+from validation.model import CheckResult, Measurement
+from validation.profile import ProfileError, load_profile, with_site
+
+REPO = Path(__file__).resolve().parents[3]
+METRIC = "rdma.gpudirect_bw_gbps"
+
+
+def _node(scale: float = 1.0, slow_nic: int | None = None, factor: float = 1.0,
+          seed: int = 0) -> list[CheckResult]:
+    ms = []
+    for nic in range(8):
+        base = 390.0 * (1 - 0.015 * ((nic * 7 + seed * 3) % 10) / 10) * scale
+        value = base * (factor if nic == slow_nic else 1.0)
+        ms += [Measurement(METRIC, round(value, 2), "Gb/s", {"nic": f"mlx5_{nic}"})] * 2
+    return [CheckResult("rdma.gpudirect_bw", "ok", 1.0, tuple(ms))]
+
+
+def _limit(limits, metric=METRIC):
+    return next(x for x in limits if x["metric"] == metric)
+
+
+def test_healthy_nodes_give_a_floor_between_the_gross_line_and_their_weakest():
+    prof = load_profile("xe9680-h200")
+    limits, refusals = calibrate_profile(prof, {f"n{i}": _node(seed=i) for i in range(3)})
+    assert refusals == []
+    lim = _limit(limits)
+    weakest = min(m.value for i in range(3) for m in _node(seed=i)[0].measurements)
+    assert 252.0 <= lim["value"] <= weakest and lim["value"] > 360.0 * 0.9
+    assert lim["statistics"]["nodes"] == 3 and lim["statistics"]["devices"] == 24
+
+
+def test_a_node_whose_one_rail_is_slow_is_refused_by_name():
+    """312 Gb/s: below the provisional 360 but no gross fault, so the node itself would not
+    fail; as a reference it would drag the site's floor down."""
+    prof = load_profile("xe9680-h200")
+    nodes = {"n0": _node(seed=0), "n1": _node(seed=1, slow_nic=3, factor=0.8),
+             "n2": _node(seed=2)}
+    _, refusals = calibrate_profile(prof, nodes)
+    assert len(refusals) == 1 and refusals[0].startswith("n1: ") and "nic=mlx5_3" in refusals[0]
+
+
+def test_a_node_slower_on_every_rail_is_refused_as_an_outlier():
+    prof = load_profile("xe9680-h200")
+    nodes = {"n0": _node(seed=0), "n1": _node(seed=1), "n2": _node(seed=2),
+             "n3": _node(scale=0.85, seed=3)}
+    _, refusals = calibrate_profile(prof, nodes)
+    assert refusals and all(r.startswith("n3: ") for r in refusals), refusals
+
+
+def test_the_floor_is_never_looser_than_the_gross_line():
+    prof = load_profile("xe9680-h200")
+    limits, _ = calibrate_profile(prof, {f"n{i}": _node(scale=0.3, seed=i) for i in range(3)})
+    assert _limit(limits)["value"] == 252.0  # 0.7 x 360: the gross line, not lower
+
+
+def _overlay(prof, nodes=None):
+    limits, refusals = calibrate_profile(prof, nodes or {f"n{i}": _node(seed=i)
+                                                         for i in range(3)})
+    assert not refusals
+    return overlay_document(prof, limits, ["n0", "n1", "n2"], {"n0": ["1653724027147"]},
+                            "standard", "run-1", "2026-12-01T00:00:00+00:00",
+                            {"driver": "580.159.04"})
+
+
+def test_the_overlay_makes_calibrated_hard_limits_and_says_where_they_came_from():
+    prof = load_profile("xe9680-h200")
+    doc = yaml.safe_load(yaml.safe_dump(_overlay(prof)))  # as written and read back
+    sited = with_site(prof, {"calibration": doc})
+    assert sited.calibration.startswith("site calibration 2026-12-01 on n0, n1, n2")
+    [t] = [t for t in sited.thresholds if t.metric == METRIC]
+    assert t.tier == "calibrated" and t.gross is None
+    assert "1653724027147" in t.provenance and "580.159.04" in t.provenance
+    # a rail short of the calibrated floor fails; the provisional limit would have passed it
+    # as below expected
+    slow = [CheckResult("rdma.gpudirect_bw", "ok", 1.0,
+                        (Measurement(METRIC, t.value - 5, "Gb/s", {"nic": "mlx5_0"}),))]
+    [v] = [v for v in judge(slow, sited) if v.metric == METRIC]
+    assert v.outcome == "fail" and v.threshold.tier == "calibrated"
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d.update(profile="xe9680-h100"), "is for profile"),
+    (lambda d: d["thresholds"][0].update(value=10.0), "looser than the profile's gross"),
+    (lambda d: d.update(thresholds="none"), "thresholds list"),
+    (lambda d: d["thresholds"][0].update(labels={"nic": "mlx5_9"}), "has no limit"),
+])
+def test_an_overlay_the_judge_cannot_trust_is_refused(edit, words):
+    prof = load_profile("xe9680-h200")
+    doc = _overlay(prof)
+    edit(doc)
+    with pytest.raises(ProfileError, match=words):
+        with_site(prof, {"calibration": doc})
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A copy of the example rack; nothing may connect to its (example) addresses."""
+    from rackready.steps import validate
+
+    def refuse(node, *a, **kw):
+        pytest.fail(f"connected to {node.name}: the plan should have been refused")
+
+    monkeypatch.setattr(validate.ssh, "connect", refuse)
+    inv = tmp_path / "rack1"
+    shutil.copytree(REPO / "inventories" / "rack1", inv)
+    return inv
+
+
+def test_validate_refuses_a_bad_overlay_before_connecting(site):
+    from rackready.steps.validate import run_validation
+
+    (site / "calibration").mkdir()
+    prof = load_profile("xe9680-h200")
+    doc = _overlay(prof)
+    doc["thresholds"][0]["value"] = 1.0
+    (site / "calibration" / "xe9680-h200.yml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(UserError, match="xe9680-h200.yml: calibration overlay: .* looser"):
+        run_validation("gpu01", str(site), "quick", str(site / "run"), formats="json")
+    (site / "calibration" / "xe9680-h200.yml").write_text("{not: yaml")
+    with pytest.raises(UserError, match="unreadable calibration overlay"):
+        run_validation("gpu01", str(site), "quick", str(site / "run"), formats="json")
+    assert not (site / "run").exists()
+
+
+def test_validate_refuses_a_typo_in_the_profile_name_before_connecting(site):
+    from rackready.steps.validate import run_validation
+
+    group = site / "group_vars" / "xe9680.yml"
+    group.write_text(group.read_text().replace("rackready_profile: xe9680-h200",
+                                               "rackready_profile: xe9680-h900"))
+    with pytest.raises(UserError, match="rackready_profile 'xe9680-h900'"):
+        run_validation("gpu01", str(site), "quick", str(site / "run"), formats="json")
+    assert not (site / "run").exists()

@@ -1,0 +1,362 @@
+"""GPU, NVLink, PCIe, fabric, kernel and health-delta checks run against the real capture
+(served by a fake `ctx.run`), then judged; faults are generated from the capture."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from validation.checks.registry import CheckSkipped, Context, all_checks
+from validation.judge import judge
+from validation.model import CheckResult
+from validation.profile import load_profile, scope
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "hgx-h200-2gpu"
+
+CMDS = {
+    ("nvidia-smi", "-q", "-x"): "nvidia-smi-q-x.xml",
+    ("nvidia-smi", "topo", "-m"): "nvidia-smi-topo-m.txt",
+    ("nvidia-smi", "nvlink", "-s"): "nvidia-smi-nvlink-s.txt",
+    ("nvidia-smi", "nvlink", "-e"): "nvidia-smi-nvlink-e.txt",
+}
+
+
+class FakeContext(Context):
+    """Commands answer from the capture (plus overrides); files come from a tmp sysroot."""
+
+    outputs: dict[tuple[str, ...], str]
+
+    def run(self, cmd, timeout_s=60, artifact=None, ok_codes=(0,)):
+        key = tuple(cmd)
+        if key not in self.outputs:
+            raise CheckSkipped(f"{cmd[0]} not found on this node")
+        return self.outputs[key]
+
+
+def make_ctx(tmp_path: Path, profile=None, **overrides: str) -> FakeContext:
+    root = tmp_path / "root"
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "var/log").mkdir(parents=True)
+    (root / "proc/driver/nvidia/version").write_text(
+        (FIX / "proc-driver-nvidia.txt").read_text().split("==")[0])
+    (root / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz ro iommu=pt\n")
+    (root / "proc/modules").write_text("nvidia 1 0 - Live 0x0\nnvidia_uvm 1 0 - Live 0x0\n")
+    (root / "var/log/kern.log").write_text("")
+    profile = profile or scope(load_profile("xe9680-h200"), gpus=2)
+    ctx = FakeContext(profile=profile, level="quick", sysroot=root, out=tmp_path / "out")
+    ctx.outputs = {k: (FIX / v).read_text() for k, v in CMDS.items()}
+    for key, text in overrides.items():
+        ctx.outputs[tuple(key.split("_"))] = text
+    return ctx
+
+
+def run(name: str, ctx: Context) -> CheckResult:
+    spec = all_checks()[name]
+    ctx.cache.pop("smi", None)
+    return CheckResult(name, "ok", 0.0, tuple(spec.fn(ctx)), "", spec.needs)
+
+
+def fails(result: CheckResult, ctx: Context) -> list:
+    return [v for v in judge([result], ctx.profile) if v.outcome == "fail"]
+
+
+def xml_fault(gpu_bus: str, **edits: str) -> str:
+    xml = (FIX / "nvidia-smi-q-x.xml").read_text()
+    start = xml.index(f'<gpu id="{gpu_bus}">')
+    end = xml.index("</gpu>", start)
+    block = xml[start:end]
+    for tag, value in edits.items():
+        block, n = re.subn(rf"<{tag}>[^<]*</{tag}>", f"<{tag}>{value}</{tag}>", block, count=1)
+        assert n == 1, tag
+    return xml[:start] + block + xml[end:]
+
+
+GPU1 = "00000000:00:07.0"
+SERIAL1 = "1653124039737"
+
+
+@pytest.mark.parametrize("name", ["gpu.inventory", "gpu.health", "gpu.xid", "nvlink.topology",
+                                  "nvlink.links", "pcie.gpu_link", "kernel.cmdline",
+                                  "kernel.nouveau"])
+def test_healthy_capture_passes(tmp_path, name):
+    ctx = make_ctx(tmp_path)
+    result = run(name, ctx)
+    assert result.measurements, "a check that measures nothing proves nothing"
+    assert fails(result, ctx) == []
+
+
+def test_inventory_measures_capture(tmp_path):
+    ctx = make_ctx(tmp_path)
+    got = {(m.name, m.labels.get("gpu"), m.labels.get("source")): m.value
+           for m in run("gpu.inventory", ctx).measurements}
+    assert got[("gpu.count", None, None)] == 2
+    assert got[("gpu.memory_total", "1", None)] == 143771
+    assert got[("gpu.driver_version", None, "proc")] == got[("gpu.driver_version", None,
+                                                             "nvidia-smi")]
+    assert got[("gpu.uniform", None, None)] is True
+
+
+def test_full_profile_wants_eight_gpus(tmp_path):
+    ctx = make_ctx(tmp_path, profile=load_profile("xe9680-h200"))
+    bad = fails(run("gpu.inventory", ctx), ctx)
+    assert [v.metric for v in bad] == ["gpu.count"]
+    assert "GPU is missing" in bad[0].remediation
+
+
+@pytest.mark.parametrize("edits,metric", [
+    ({"dram_uncorrectable": "2"}, "gpu.ecc_uncorrected_volatile"),
+    ({"remapped_row_pending": "Yes"}, "gpu.remapped_rows_pending"),
+    ({"remapped_row_failure": "Yes"}, "gpu.remapped_rows_failure"),
+    ({"current_ecc": "Disabled"}, "gpu.ecc_mode"),
+    ({"clocks_event_reason_hw_thermal_slowdown": "Active"}, "gpu.throttle.hw_thermal"),
+    ({"gpu_temp": "93 C"}, "gpu.temperature"),
+])
+def test_health_faults_name_the_gpu(tmp_path, edits, metric):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml_fault(GPU1, **edits)})
+    bad = fails(run("gpu.health", ctx), ctx)
+    assert [v.metric for v in bad] == [metric]
+    assert bad[0].labels["gpu"] == "1" and bad[0].labels["serial"] == SERIAL1
+    assert "GPU 1" in bad[0].message and SERIAL1 in bad[0].remediation
+
+
+@pytest.mark.parametrize("edits,metric", [
+    ({"product_name": "NVIDIA H100 80GB HBM3"}, "gpu.model"),
+    ({"vbios_version": "95.00.11.00.01"}, "gpu.vbios"),
+    ({"current_mig": "Enabled"}, "gpu.mig_mode"),
+    ({"persistence_mode": "Disabled"}, "gpu.persistence_mode"),
+])
+def test_inventory_faults(tmp_path, edits, metric):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml_fault(GPU1, **edits)})
+    bad = {v.metric for v in fails(run("gpu.inventory", ctx), ctx)}
+    # a GPU unlike its peers also breaks uniformity, except for modes
+    assert metric in bad and bad <= {metric, "gpu.uniform"}
+
+
+def test_pcie_downtrained_gpu_under_load(tmp_path):
+    # Busy (gpu_idle "Not Active") at Gen4 x8 on a Gen5 link: a real downtrain.
+    xml = xml_fault(GPU1, current_link_gen="4", current_link_width="8x",
+                    clocks_event_reason_gpu_idle="Not Active")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    bad = fails(run("pcie.gpu_link", ctx), ctx)
+    assert sorted(v.metric for v in bad) == ["gpu.pcie_gen", "gpu.pcie_width"]
+    assert all(v.labels["bus_id"] == "0000:00:07.0" for v in bad)
+    assert [v.labels["source"] for v in bad if v.metric == "gpu.pcie_gen"] == ["under-load"]
+    assert "reseat GPU 1" in bad[0].remediation
+
+
+def test_pcie_idle_gen1_is_judged_on_the_link_max(tmp_path):
+    """An idle H100 NVL reads Gen1 (ASPM downtrain): healthy while the link's max is 5."""
+    xml = xml_fault(GPU1, current_link_gen="1")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    result = run("pcie.gpu_link", ctx)
+    gen = {m.labels["gpu"]: (m.value, m.labels["source"], m.labels["current"])
+           for m in result.measurements if m.name == "gpu.pcie_gen"}
+    assert gen == {"0": (5, "current", "5"), "1": (5, "max", "1")}
+    assert fails(result, ctx) == []
+    # A slot that only allows Gen4 fails whatever the idle state.
+    ctx = make_ctx(tmp_path / "b", **{"nvidia-smi_-q_-x": xml_fault(
+        GPU1, current_link_gen="1", max_link_gen="4")})
+    bad = fails(run("pcie.gpu_link", ctx), ctx)
+    assert [(v.metric, v.value, v.labels["gpu"]) for v in bad] == [("gpu.pcie_gen", 4, "1")]
+
+
+def test_pcie_max_na_falls_back_to_device_and_host_max(tmp_path):
+    xml = xml_fault(GPU1, current_link_gen="1", max_link_gen="N/A", max_host_link_gen="4")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    gen = [m.value for m in run("pcie.gpu_link", ctx).measurements
+           if m.name == "gpu.pcie_gen" and m.labels["gpu"] == "1"]
+    assert gen == [4]
+
+
+def test_gpu_index_is_nvidia_smi_order_not_minor_number(tmp_path):
+    """minor_number swapped (NVIDIA does not promise minor == index): an XID on bus
+    00:07 still lands on GPU 1, the second <gpu> in nvidia-smi's order, and its serial."""
+    xml = xml_fault(GPU1, minor_number="0")
+    start = xml.index('<gpu id="00000000:00:06.0">')
+    xml = xml[:start] + xml[start:].replace("<minor_number>0</minor_number>",
+                                            "<minor_number>1</minor_number>", 1)
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml})
+    (ctx.sysroot / "var/log/kern.log").write_text(
+        "kernel: NVRM: Xid (PCI:0000:00:07): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.labels["gpu"], v.labels["serial"], v.labels["bus_id"]) for v in bad] == \
+        [("1", SERIAL1, "0000:00:07.0")]
+
+
+def test_nvlink_results_follow_the_uuid_to_the_serial(tmp_path):
+    """nvlink -s numbers GPUs itself; its UUID picks the GPU, so a link down on the GPU
+    whose UUID is GPU 1's is reported with GPU 1's serial even if the numbers differ."""
+    status = (FIX / "nvidia-smi-nvlink-s.txt").read_text()
+    g1 = status.index("GPU 1:")
+    status = status[:g1] + status[g1:].replace("Link 5: 26.562 GB/s", "Link 5: <inactive>", 1)
+    status = status.replace("GPU 0:", "GPU X:").replace("GPU 1:", "GPU 0:").replace(
+        "GPU X:", "GPU 1:")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": status})
+    bad = fails(run("nvlink.links", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels["serial"]) for v in bad] == [
+        ("nvlink.links_up", "1", SERIAL1)]
+
+
+# nvidia-smi nvlink -s with MIG enabled: the GPU line, then nvidia-smi's refusal in
+# place of link lines (driver R525+ wording), or one line alone.
+MIG_NVLINK = [
+    "GPU 0: NVIDIA H200 (UUID: GPU-a)\n\tNVLink is not supported for Devices in MIG mode.\n"
+    "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\tNVLink is not supported for Devices in MIG mode.\n",
+    "NVLink is not supported\n",
+]
+
+
+def run_as_runner(name: str, ctx: Context) -> CheckResult:
+    """The check as the runner runs it: an exception is a status, measurements kept."""
+    from validation.runner import run_check
+
+    ctx.cache.pop("smi", None)
+    return run_check(all_checks()[name], ctx, frozenset(ctx.profile.requires))
+
+
+@pytest.mark.parametrize("text", MIG_NVLINK)
+def test_nvlink_in_mig_mode_is_unknown_never_links_down(tmp_path, text):
+    """Unknown is an error (the judge fails the required check), never a skip and never
+    "0 links up"; no hardware remediation."""
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text, "nvidia-smi_nvlink_-e": text})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "error" and "NVLink state unknown" in res.message
+    assert not [mm for mm in res.measurements if mm.name == "nvlink.links_up"]
+    verdicts = [v for v in judge([res], ctx.profile) if v.outcome == "fail"]
+    assert [v.metric for v in verdicts] == ["check.status"]
+    assert "could not parse its probe" in verdicts[0].message
+    assert "RMA" not in verdicts[0].remediation and "reseat" not in verdicts[0].remediation
+
+
+def all_inactive(gpu: int, message: str) -> str:
+    """The capture's `nvlink -s` with GPU `gpu`'s link lines replaced by NVML's one-line
+    message for a GPU whose links are all down (leptonai/gpud issue 1085, NVIDIA
+    open-gpu-kernel-modules issue 1150); the other GPU's lines stay as captured."""
+    lines = (FIX / "nvidia-smi-nvlink-s.txt").read_text().splitlines(keepends=True)
+    out, cur = [], None
+    for ln in lines:
+        if ln.startswith("GPU "):
+            cur = int(ln.split()[1].rstrip(":"))
+            out.append(ln)
+            if cur == gpu:
+                out.append(message + "\n")
+        elif cur != gpu:
+            out.append(ln)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("message", [
+    "NVML: Unable to retrieve NVLink information as all links are inActive",
+    "NVML:Unable to retrieve Nvlink information as all links are inActive",
+    "\t NVML: Unable to retrieve NVLink information as all links are inactive",
+])
+def test_nvlink_all_links_inactive_fails_that_gpu(tmp_path, message):
+    """Before: the message read as "unknown" and the check was skipped. Now GPU 1 has 0
+    links up (the judge fails it against 18), GPU 0's 18 links still count."""
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": all_inactive(1, message)})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "ok", res.message
+    up = {mm.labels["serial"]: mm.value for mm in res.measurements
+          if mm.name == "nvlink.links_up"}
+    assert up == {"1653724027147": 18, SERIAL1: 0}
+    bad = fails(res, ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels["serial"]) for v in bad] == [
+        ("nvlink.links_up", "1", SERIAL1)]
+
+
+def test_nvlink_unknown_gpu_keeps_the_others_and_errors(tmp_path):
+    """One GPU in MIG mode, the other with its links: the other's links are measured,
+    and the check still errors (one GPU's state is unknown), never passes."""
+    text = all_inactive(1, "\tNVLink is not supported for Devices in MIG mode.")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "error" and "GPU 1: NVLink is not supported" in res.message
+    assert [(mm.labels["gpu"], mm.value) for mm in res.measurements
+            if mm.name == "nvlink.links_up"] == [("0", 18)]
+    assert "check.status" in [v.metric for v in fails(res, ctx)]
+
+
+def test_xid_hardware_event_fails_that_gpu(tmp_path):
+    ctx = make_ctx(tmp_path)
+    (ctx.sysroot / "var/log/kern.log").write_text(
+        "kernel: NVRM: Xid (PCI:0000:00:07): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        "kernel: NVRM: Xid (PCI:0000:00:06): 13, pid=2, name=y, Graphics Exception\n")
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels.get("xids")) for v in bad] == \
+        [("gpu.xid_hardware", "1", "79")]
+
+
+def test_xid_from_vanished_gpu_still_fails(tmp_path):
+    ctx = make_ctx(tmp_path)
+    (ctx.sysroot / "var/log/kern.log").write_text(
+        "NVRM: Xid (PCI:0000:00:09): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.labels["gpu"], v.labels["bus_id"]) for v in bad] == [("missing", "0000:00:09")]
+
+
+def test_nvlink_down_and_errors(tmp_path):
+    status = (FIX / "nvidia-smi-nvlink-s.txt").read_text()
+    g1 = status.index("GPU 1:")
+    status = status[:g1] + status[g1:].replace("Link 5: 26.562 GB/s", "Link 5: <inactive>", 1)
+    errors = (FIX / "nvidia-smi-nvlink-e.txt").read_text().replace(
+        "Link 2: Replay Errors: 0", "Link 2: Replay Errors: 7", 1)
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": status, "nvidia-smi_nvlink_-e": errors})
+    bad = fails(run("nvlink.links", ctx), ctx)
+    got = sorted((v.metric, v.labels["gpu"], v.labels.get("link")) for v in bad)
+    assert got == [("nvlink.links_up", "1", None), ("nvlink.replay_errors", "0", "2")]
+    assert "NVLink 2" in [v for v in bad if v.metric == "nvlink.replay_errors"][0].message
+
+
+def test_nvlink_topology_lost_bond(tmp_path):
+    topo = (FIX / "nvidia-smi-topo-m.txt").read_text().replace("NV18", "NV12")
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_topo_-m": topo})
+    bad = fails(run("nvlink.topology", ctx), ctx)
+    got = [(v.metric, v.labels["pair"], v.value) for v in bad]
+    assert got == [("nvlink.pair_links", "0-1", 12)]
+
+
+def test_fabric_state_not_completed(tmp_path):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_-q_-x": xml_fault(GPU1, state="In Progress")})
+    bad = fails(run("fabric.state", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"]) for v in bad] == [("gpu.fabric_state", "1")]
+    assert "nvidia-fabricmanager" in bad[0].remediation
+
+
+def test_kernel_cmdline_and_nouveau(tmp_path):
+    ctx = make_ctx(tmp_path)
+    (ctx.sysroot / "proc/cmdline").write_text("BOOT_IMAGE=/vmlinuz ro\n")
+    (ctx.sysroot / "proc/modules").write_text("nouveau 1 0 - Live 0x0\n")
+    bad = fails(run("kernel.cmdline", ctx), ctx) + fails(run("kernel.nouveau", ctx), ctx)
+    assert sorted(v.metric for v in bad) == ["kernel.cmdline_token", "kernel.nouveau_loaded"]
+    assert "iommu=pt" in bad[0].message
+
+
+def test_health_delta_catches_new_errors(tmp_path):
+    from validation.checks.health_delta import read_counters
+
+    ctx = make_ctx(tmp_path)
+    ctx.cache["health.start"] = read_counters(ctx)
+    # during the "run": GPU 1 gains an uncorrectable error and a PCIe replay; GPU 0's replay
+    # counter was already 1 at boot (capture) and stays: no delta there
+    ctx.outputs[("nvidia-smi", "-q", "-x")] = xml_fault(GPU1, dram_uncorrectable="1",
+                                                        replay_counter="4")
+    bad = fails(run("health.delta", ctx), ctx)
+    assert sorted((v.metric, v.labels["gpu"], v.value) for v in bad) == [
+        ("health.delta.ecc_uncorrected", "1", 1.0), ("health.delta.pcie_replay", "1", 4.0)]
+
+
+def test_health_delta_without_start_is_an_error(tmp_path):
+    ctx = make_ctx(tmp_path)
+    with pytest.raises(RuntimeError):
+        run("health.delta", ctx)
+
+
+def test_no_nvlink_visible_is_skipped_and_fails_when_required(tmp_path):
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": "", "nvidia-smi_nvlink_-e": ""})
+    with pytest.raises(CheckSkipped):
+        run("nvlink.links", ctx)
+    skipped = CheckResult("nvlink.links", "skipped", 0.0, (), "no NVLink", ("gpu", "nvlink"))
+    assert [v.outcome for v in judge([skipped], ctx.profile)
+            if v.metric == "check.status"] == ["fail"]

@@ -1,0 +1,39 @@
+"""The docs that cite tests (docs/reliability.md) cite tests that exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+CITED = re.compile(r"`((?:unit|lab|browser|gpu)/test_\w+\.py)(?:::(test_\w+))?`")
+
+
+def missing_tests(doc: Path, tests: Path) -> tuple[int, list[str]]:
+    """(how many citations, the ones naming no file or no such test function)."""
+    refs = CITED.findall(doc.read_text())
+    missing = []
+    for path, name in refs:
+        file = tests / path
+        if not file.is_file():
+            missing.append(path)
+        elif name and not re.search(rf"^def {name}\(", file.read_text(), re.M):
+            missing.append(f"{path}::{name}")
+    return len(refs), missing
+
+
+@pytest.mark.parametrize("doc", ["docs/reliability.md"])
+def test_every_cited_test_exists(doc):
+    count, missing = missing_tests(ROOT / doc, ROOT / "tests")
+    assert count >= 20, "the page cites its tests"
+    assert missing == []
+
+
+def test_a_missing_test_is_caught(tmp_path):
+    (tmp_path / "unit").mkdir()
+    (tmp_path / "unit" / "test_a.py").write_text("def test_here():\n    pass\n")
+    doc = tmp_path / "d.md"
+    doc.write_text("`unit/test_a.py::test_here` `unit/test_a.py::test_gone` `lab/test_b.py`")
+    assert missing_tests(doc, tmp_path) == (3, ["unit/test_a.py::test_gone", "lab/test_b.py"])

@@ -1,0 +1,101 @@
+"""Report documents: schema validity, refusal of PASS for partial results, fleet medians."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from test_report_synthetic import GEMM_TFLOPS, healthy_and_faulty, result, write_node, write_run
+
+from rackready.report.build import build_documents
+from rackready.report.schema import load_schema, schema_errors
+
+
+def test_every_built_report_validates(tmp_path: Path) -> None:
+    rack, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
+    for doc in (rack, *docs):
+        assert schema_errors(doc) == []
+    assert load_schema()["$schema"].endswith("2020-12/schema")
+    assert [d["outcome"] for d in docs] == ["PASS", "FAIL"]
+    assert rack["outcome"] == "FAIL" and rack["counts"] == {"PASS": 1, "FAIL": 1, "INCOMPLETE": 0,
+                                                              "PARTIAL": 0}
+
+
+@pytest.mark.parametrize("breakage", [
+    lambda d: d.pop("sha256"),
+    lambda d: d.update(outcome="GREEN"),
+    lambda d: d["measurements"][0].pop("unit"),
+    lambda d: d["verdicts"][0]["threshold"].pop("provenance"),
+    lambda d: d.update(sha256="not-a-hash"),
+    lambda d: d.update(complete=False),  # a partial result still saying PASS
+    lambda d: d.update(surprise=1),
+])
+def test_a_broken_report_is_rejected(tmp_path: Path, breakage) -> None:
+    _, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
+    doc = copy.deepcopy(docs[0])
+    assert doc["outcome"] == "PASS"
+    breakage(doc)
+    assert schema_errors(doc)
+
+
+def test_measurements_carry_their_threshold_provenance(tmp_path: Path) -> None:
+    _, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
+    m = next(m for m in docs[0]["measurements"] if m["name"] == "gemm.tflops")
+    assert m["threshold"]["provenance"].startswith("H200 sustained bf16 662")
+    assert m["unit"] == "TFLOP/s"
+
+
+def test_incomplete_node_is_never_pass(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", [result("gpu01")])
+    write_node(run, result("gpu02"), with_result=False)  # finished stream, result not fetched
+    rack, docs = build_documents(run)
+    gpu02 = docs[1]
+    assert gpu02["outcome"] == "INCOMPLETE" and not gpu02["complete"]
+    assert gpu02["verdicts"] == []
+    assert "did not finish" in gpu02["outcome_reason"]
+    assert rack["outcome"] == "INCOMPLETE" and rack["incomplete_nodes"] == ["gpu02"]
+
+
+def test_documents_carry_the_controller_judgement_not_the_node_claim(tmp_path: Path) -> None:
+    # the node claims PASS; the controller's judgement (judgement.json) says FAIL
+    run = write_run(tmp_path / "run", [result("gpu01")])
+    path = run / "gpu01" / "judgement.json"
+    j = json.loads(path.read_text())
+    j["verdicts"][1]["outcome"] = "fail"
+    j.update(outcome="FAIL", outcome_reason="1 verdict(s) failed; first: gemm.tflops on GPU 0")
+    path.write_text(json.dumps(j))
+    rack, docs = build_documents(run)
+    assert docs[0]["outcome"] == "FAIL" and docs[0]["claimed_outcome"] == "PASS"
+    assert docs[0]["outcome_reason"].startswith("1 verdict")
+    assert docs[0]["judge"]["by"] == "controller"
+    assert rack["outcome"] == "FAIL"
+
+
+def test_fleet_median_spans_all_nodes(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02", tflops_scale=0.9)])
+    _, docs = build_documents(run)
+    values = [GEMM_TFLOPS * s * (1 + 0.002 * i) for s in (1.0, 0.9) for i in range(8)]
+    med = docs[0]["fleet"]["medians"]["gemm.tflops"]
+    assert med["n"] == 16
+    assert med["median"] == pytest.approx(statistics.median(round(v, 1) for v in values))
+
+
+def test_artifact_hash_mismatch_is_reported(tmp_path: Path) -> None:
+    res = result("gpu01")
+    res["artifacts"] = {"artifacts/a.txt": hashlib.sha256(b"original").hexdigest(),
+                        "artifacts/gone.txt": "0" * 64}
+    d = write_node(tmp_path, res)
+    (d / "artifacts").mkdir()
+    (d / "artifacts" / "a.txt").write_bytes(b"changed")
+    _, docs = build_documents(tmp_path)
+    status = {a["path"]: a["status"] for a in docs[0]["artifacts"]}
+    assert status == {"artifacts/a.txt": "mismatch", "artifacts/gone.txt": "missing"}
+
+
+def test_schema_file_is_published_json(tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parents[3] / "rackready/report/schema/report.schema.json"
+    assert json.loads(path.read_text())["title"] == "rackready acceptance report"

@@ -1,0 +1,93 @@
+"""os_baseline's boot-time ACS script, run for real against the lab's pciutils stand-ins.
+
+The script is the role's template rendered by Ansible's templar; lspci and setpci are
+hwsim's, answering from a state built from the real capture (build_state). The
+variant with ACS switched on (as firmware leaves it) is made in code on that state.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
+from rackready.lab.hwsim.state import build_state
+from rackready.lab.hwsim.sysroot import write_node_state
+
+ROOT = Path(__file__).resolve().parents[3]
+TEMPLATE = ROOT / "roles/os_baseline/templates/rackready-pcie-acs.sh.j2"
+
+
+def shims(bin_dir: Path) -> None:
+    """lspci/setpci on PATH that run hwsim's tools from this checkout."""
+    bin_dir.mkdir()
+    # PATH is only this directory, so a controller's own pciutils cannot stand in.
+    (bin_dir / "awk").symlink_to(shutil.which("awk"))
+    for tool in ("lspci", "setpci"):
+        f = bin_dir / tool
+        f.write_text(f"#!/bin/sh\nexec {sys.executable} -m rackready.lab.hwsim.cli.{tool} \"$@\"\n")
+        f.chmod(0o755)
+
+
+def node(tmp_path: Path, acs: bool) -> tuple[Path, dict[str, str]]:
+    state = build_state("xe9680-h200", "gpu01")
+    state.setdefault("pci", {})["acs_enabled"] = acs
+    write_node_state(state, tmp_path / "node")
+    shims(tmp_path / "bin")
+    env = dict(os.environ, HWSIM_STATE=str(tmp_path / "node/var/lib/hwsim/state.json"),
+               PATH=str(tmp_path / "bin"), PYTHONPATH=str(ROOT))
+    return tmp_path, env
+
+
+def script(tmp_path: Path) -> Path:
+    text = Templar(loader=DataLoader(), variables={"ansible_managed": "test"}).template(
+        TEMPLATE.read_text())
+    path = tmp_path / "rackready-pcie-acs"
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def acs_ctl_lines(env: dict[str, str]) -> list[str]:
+    out = subprocess.run(["lspci", "-D", "-vvv"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return [ln.strip() for ln in out.splitlines() if "ACSCtl:" in ln]
+
+
+def test_script_clears_acs_on_every_bridge(tmp_path: Path) -> None:
+    tmp, env = node(tmp_path, acs=True)
+    before = acs_ctl_lines(env)
+    assert len(before) == 8 and all("ReqRedir+" in ln for ln in before)  # one switch per GPU
+    r = subprocess.run([str(script(tmp))], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ACS cleared on") == 8
+    assert all("ReqRedir-" in ln and "SrcValid-" in ln for ln in acs_ctl_lines(env))
+
+
+def test_lspci_class_filter_and_setpci_read(tmp_path: Path) -> None:
+    _, env = node(tmp_path, acs=True)
+    bridges = subprocess.run(["lspci", "-D", "-d", "::0604"], env=env, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert len(bridges) == 8 and all("PCI bridge" in b for b in bridges)
+    bdf = bridges[0].split()[0]
+    read = subprocess.run(["setpci", "-s", bdf, "ECAP_ACS+0x6.w"], env=env,
+                          capture_output=True, text=True)
+    assert read.returncode == 0 and read.stdout.strip() == "001d"
+    # a GPU has no ACS capability: the script's read fails and it moves on
+    gpu = subprocess.run(["lspci", "-D", "-d", "10de::0302"], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()[0]
+    r = subprocess.run(["setpci", "-s", gpu, "ECAP_ACS+0x6.w"], env=env, capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+
+
+def test_script_fails_loudly_without_pciutils(tmp_path: Path) -> None:
+    tmp, env = node(tmp_path, acs=True)
+    (tmp / "bin/setpci").unlink()
+    r = subprocess.run([str(script(tmp))], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "setpci/lspci not available" in r.stderr
