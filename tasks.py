@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from pathlib import Path
 
 from invoke import Collection, Exit, task
@@ -370,7 +371,9 @@ def test(c, k=None, unit=False, lab=False, browser=False, packages=False):
 
         ensure_test_packages()
     codes = {}
+    took = {}
     for tier in tiers:
+        start = time.monotonic()
         if tier == "lint":
             try:
                 lint(c)
@@ -380,9 +383,13 @@ def test(c, k=None, unit=False, lab=False, browser=False, packages=False):
                 codes[tier] = exc.code or 1
         else:
             codes[tier] = _pytest_tier(c, tier, k)
+        took[tier] = time.monotonic() - start
+        print(f"test: tier {tier} {took[tier]:.0f} s"
+              + ("" if codes[tier] == 0 else f", FAILED (exit {codes[tier]})"), flush=True)
     if len(tiers) > 1:
-        print("test: " + ", ".join(f"{t} {'passed' if rc == 0 else f'exit {rc}'}"
-                                   for t, rc in codes.items()))
+        print("test: " + ", ".join(f"{t} {'passed' if rc == 0 else f'exit {rc}'} "
+                                   f"({took[t]:.0f} s)" for t, rc in codes.items())
+              + f"; whole suite {sum(took.values()):.0f} s")
     # -k over several tiers: a tier it selects nothing in (pytest's 5) is no failure,
     # unless it selects nothing anywhere
     if k and len(tiers) > 1 and any(rc == 0 for rc in codes.values()):

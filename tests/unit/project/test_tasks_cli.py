@@ -143,20 +143,18 @@ def test_unknown_only_check_is_one_line_exit_2():
     assert "unknown check(s) gpu.magic" in one_line_error(proc)
 
 
-def test_ci_runs_every_tier_of_invoke_test_in_its_order():
-    """.ci/run times the tiers one by one: together they are exactly `invoke test` (the
-    README's command), lint included, so nothing the whole suite runs is left out of CI."""
+def test_ci_runs_the_readme_test_command_and_it_covers_every_tier():
+    """.ci/run runs the README's second command as written; that command runs every tier
+    (lint included) in order and prints each tier's wall time."""
     import ast
     import re
 
+    readme = (ROOT / "README.md").read_text()
+    assert ".venv/bin/invoke test\n" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^\.venv/bin/invoke test$", ci, re.M)
     tree = ast.parse((ROOT / "tasks.py").read_text())
     tiers = next(ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
                  and any(getattr(t, "id", "") == "TEST_TIERS" for t in n.targets))
     assert list(tiers) == ["unit", "lab", "browser", "lint"]
-    ci = re.search(r"^tiers=\((.*)\)$", (ROOT / ".ci" / "run").read_text(), re.M)
-    entries = [e.split(":", 1) for e in re.findall(r'"([^"]+)"', ci.group(1))]
-    assert [name for name, _ in entries] == list(tiers)
-    commands = dict(entries)
-    assert commands.pop("lint") == "lint"
-    for name, command in commands.items():
-        assert command.split()[:2] == ["test", f"--{name}"], command
+    assert 'print(f"test: tier {tier}' in (ROOT / "tasks.py").read_text()
