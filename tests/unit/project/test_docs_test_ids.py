@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-CITED = re.compile(r"`((?:unit|lab|browser|gpu)/test_\w+\.py)(?:::(test_\w+))?`")
+CITED = re.compile(r"`((?:unit|lab|browser|gpu)/(?:\w+/)*test_\w+\.py)(?:::(test_\w+))?`")
 
 
 def missing_tests(doc: Path, tests: Path) -> tuple[int, list[str]]:
