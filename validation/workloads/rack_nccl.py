@@ -1,6 +1,7 @@
 """Rack-level step: an all_reduce across every node of one fabric, then every pair of
 nodes rail by rail, to find the one weak link. Started on every node by the
-controller (rackready.decide.rack, rackready.steps.rack) through torchrun with a rendezvous on the first:
+controller (rackready.steps.rack; judged in rackready.decide.rack) through torchrun with a
+rendezvous on the first:
 
     torchrun --nnodes N --nproc-per-node R --rdzv-backend c10d --rdzv-endpoint H:P \
         -m validation.workloads.rack_nccl --name NODE --rails BDF,BDF,... --out DIR
