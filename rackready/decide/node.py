@@ -27,6 +27,7 @@ from typing import Any
 
 from rackready.decide.integrity import replay_findings, session_findings
 from rackready.decide.outcome import decide_node, missing_check_verdict, verdict_dict
+from rackready.run.rebuild import INTERRUPTED
 from rackready.run.rundir import NodeResult, PlannedNode, now_iso
 from validation.judge import judge
 from validation.model import CheckResult
@@ -149,7 +150,7 @@ def parse_checks(result: dict[str, Any], problems: list[str]) -> list[CheckResul
 
 def _identity_problems(ctx: _Context, result: dict[str, Any]) -> list[str]:
     """A result for another node, profile or level is not this node's result."""
-    out = []
+    out: list[str] = []
     if ctx.planned is None:
         return out
     for key, want in (("node", ctx.name), ("profile", ctx.profile_name), ("level", ctx.level)):
@@ -191,7 +192,9 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
     if oob_check is not None:
         results.append(oob_check)
     verdicts = judge(results, ctx.profile) if ctx.profile is not None else []
-    reported = {r.check for r in results if r.status != "interrupted"}
+    # a run cut short is rebuilt with checks "interrupted" (rackready.run.rebuild), a status
+    # the node never writes (validation.model.CheckStatus)
+    reported = {r.check for r in results if r.status != INTERRUPTED}
     missing = [c for c in expected_checks(ctx.level, ctx.only) if c not in reported]
     verdict_dicts = [verdict_dict(v, "node", inventory) for v in verdicts]
     verdict_dicts += [missing_check_verdict(c, ctx.level) for c in missing]

@@ -69,7 +69,7 @@ class Floors:
 
 
 def fabric_key(site: dict[str, Any], fabric: str) -> str:
-    rack = site.get("rack") if isinstance(site.get("rack"), dict) else {}
+    rack = given if isinstance(given := site.get("rack"), dict) else {}
     return str(rack.get("fabric") or fabric or "default")
 
 
@@ -168,6 +168,7 @@ def judge_group(name: str, planned: list[str], members: list[str],
                                f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
             got_ratio = _outcome(ratio, rfloor, strict) if ratio is not None else "pass"
             if got_ratio != "pass":
+                assert median is not None  # a ratio is taken only against a median
                 missed.append((got_ratio, RATIO_METRIC, ratio, "", rfloor,
                                f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
                                f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"))
@@ -189,9 +190,9 @@ def judge_group(name: str, planned: list[str], members: list[str],
                          if n in floors and floors[n].allreduce_ok), None)
         strict = any(floors[n].strict for n in members if n in floors)
         ok = ar_ok["value"] if ar_ok else None
-        got = [_outcome(ar["value"], ar_floor, strict), _outcome(ok, ok_limit, strict)]
-        ar_outcome = ("fail" if "fail" in got else "below_expected" if "below_expected" in got
-                      else "pass")
+        ar_got = [_outcome(ar["value"], ar_floor, strict), _outcome(ok, ok_limit, strict)]
+        ar_outcome = ("fail" if "fail" in ar_got else "below_expected" if "below_expected" in
+                      ar_got else "pass")
         allreduce = {"check": RACK_CHECKS[0], "value": ar["value"], "unit": "GB/s",
                      "correct": ok,
                      "labels": ar["labels"], "threshold": ar_floor,

@@ -194,7 +194,7 @@ LIMIT_KEYS = ("judged", "spec", "measured", "provisional", "calibrated", "below_
 
 def limits_of(j: dict[str, Any]) -> dict[str, Any]:
     """The judgement's count of verdicts by the tier of their limit (rackready.decide.node)."""
-    raw = j.get("limits") if isinstance(j.get("limits"), dict) else {}
+    raw = given if isinstance(given := j.get("limits"), dict) else {}
     out: dict[str, Any] = {k: int(raw.get(k) or 0) for k in LIMIT_KEYS}
     out["provisional_limits"] = "strict" if raw.get("provisional_limits") == "strict" \
         else "gross"

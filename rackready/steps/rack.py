@@ -63,7 +63,9 @@ def parse_records(text: str, problems: list[str], node: str) -> list[dict[str, A
         try:
             rec = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
             rec = replace_surrogates_in(rec)  # valid JSON, but no text a report can write
-            ok = (isinstance(rec, dict) and isinstance(rec.get("name"), str)
+            if not isinstance(rec, dict):
+                raise TypeError("not an object")
+            ok = (isinstance(rec.get("name"), str)
                   and isinstance(rec.get("labels"), dict)
                   # label values are names and numbers: they key tables and fill messages
                   and all(isinstance(v, str | int | float) and is_scalar(v)
@@ -126,9 +128,10 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
                            [] if len(group["planned"]) < 2 else
                            ["fewer than two nodes can take part"], counts)
     run.prepare_rack_group(key)
-    site = dict(run.plan.node(members[0]).site) if run.plan else {}
+    lead = run.plan.node(members[0]) if run.plan else None
+    site = dict(lead.site) if lead is not None else {}
     device = str((site.get("workloads") or {}).get("device") or "cuda")
-    rack_site = site.get("rack") if isinstance(site.get("rack"), dict) else {}
+    rack_site = given if isinstance(given := site.get("rack"), dict) else {}
     simulated = any(getattr(profiles.get(n), "simulated", False) for n in members)
     line_rate = min(float(((profiles[n].inventory.get("nic") or {}).get("rate_gbps")) or 400)
                     for n in members if profiles.get(n) is not None)

@@ -71,9 +71,9 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
         targets = ([_find(node, inventory)] if node
                    else [_find(n, inventory) for n in nodes] if nodes else _load(inventory))
         overlays = None if calibrating else _overlays(inventory)
-        plan = Plan(run_id=new_run_id(inventory), inventory=inventory, level=level,
-                    only=only_checks, nodes=[_planned(n, overlays) for n in targets])
-        run = RunDir.create(PROJECT_ROOT / "runs", out, plan)
+        new_plan = Plan(run_id=new_run_id(inventory), inventory=inventory, level=level,
+                        only=only_checks, nodes=[_planned(n, overlays) for n in targets])
+        run = RunDir.create(PROJECT_ROOT / "runs", out, new_plan)
 
     payload, digest = bundle.build()
     plan = run.plan
