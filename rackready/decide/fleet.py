@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from rackready.decide.outcome import component_words
+from rackready.decide.records import VerdictRecord
 from validation.model import CheckResult
 from validation.profile import Profile
 from validation.workloads.golden import (
@@ -43,7 +44,7 @@ def rack_curve_threshold(profile: Profile) -> dict[str, Any] | None:
 
 
 def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
-                        ) -> dict[str, list[dict[str, Any]]]:
+                        ) -> dict[str, list[VerdictRecord]]:
     """Per node: the verdict of its loss curve against the rack's per-step median.
 
     Nodes of one profile that ran the reference job with the same config and seed
@@ -56,7 +57,7 @@ def rack_curve_verdicts(group: dict[str, list[CheckResult]], profile: Profile
         curve = curve_from_measurements([m for r in results for m in r.measurements])
         if key is not None and curve:
             by_key[key][name] = curve
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    out: dict[str, list[VerdictRecord]] = defaultdict(list)
     if limit is None:
         return out
     tol = limit["value"]

@@ -6,13 +6,14 @@ run store (rackready.run)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import cast
 
 from rackready.decide import integrity as trust
 from rackready.decide.fleet import FLEET_MIN_NODES, rack_curve_verdicts
 from rackready.decide.node import judge_node
 from rackready.decide.outcome import decide_node, rack_judgement, verdict_dict
 from rackready.decide.rack import node_verdicts
+from rackready.decide.records import Judgement, RackJudgement, RackStep
 from rackready.run.rebuild import result_from_events
 from rackready.run.rundir import RunDir
 from validation.judge import judge_fleet
@@ -20,10 +21,10 @@ from validation.model import CheckResult
 from validation.profile import Profile
 
 
-def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
+def judge_run(run: RunDir, write: bool = True) -> dict[str, Judgement]:
     """Judge every node of the run (node by node, then the fleet); write judgement.json."""
     plan = run.plan
-    judgements: dict[str, dict[str, Any]] = {}
+    judgements: dict[str, Judgement] = {}
     fleet_groups: dict[str, dict[str, list[CheckResult]]] = defaultdict(dict)
     profiles: dict[str, Profile] = {}
     gpu_ids: dict[str, dict[str, dict[str, str]]] = {}
@@ -49,9 +50,11 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
         judgements[name] = j
         if node_result.result is not None:
             gpu_ids[name] = trust.gpu_ids(node_result.result)
-        if profile is not None and j["outcome"] in ("PASS", "FAIL") and not j["scope"]["partial"]:
-            fleet_groups[j["profile_sha256"]][name] = results
-            profiles[j["profile_sha256"]] = profile
+        key = j["profile_sha256"]  # set whenever the profile loaded
+        if (profile is not None and key is not None and j["outcome"] in ("PASS", "FAIL")
+                and not j["scope"]["partial"]):
+            fleet_groups[key][name] = results
+            profiles[key] = profile
     # one GPU on two nodes: neither node's result can be believed
     for name, found in trust.rack_identity_findings(gpu_ids).items():
         _add_findings(judgements[name], found)
@@ -69,7 +72,7 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
             j["fleet_verdicts"] += [verdict_dict(v, "fleet", {}) for v in fleet]
             decide_node(j)
     # the rack-level step: its failing links join both ends' judgements (decide.rack)
-    rack_step = run.read_rack()
+    rack_step = rack_step_of(run)
     rack = node_verdicts(rack_step)
     for name, j in judgements.items():
         if name in rack:
@@ -83,22 +86,28 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, dict[str, Any]]:
     return judgements
 
 
-def judged(run: RunDir) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def rack_step_of(run: RunDir) -> RackStep:
+    """The run's rack record as rackready.steps.rack wrote it ({} without a rack step)."""
+    return cast(RackStep, run.read_rack())
+
+
+def judged(run: RunDir) -> tuple[dict[str, Judgement], RackJudgement]:
     """The run as the reports read it: every node's judgement and the rack's. A
     controller's run directory with every judgement written is read as it was judged;
     otherwise the run is judged now and nothing is written (a bare node folder holds
     only the node's word: a judgement.json there is never the controller's). The rack's
     judgement is decided from those, as judge_run writes it, and the run's rack record."""
     if run.plan is not None:
-        found = {n: run.read_judgement(n) for n in run.node_names()}
+        # the controller's own judgement.json, as judge_run wrote it
+        found = {n: cast("Judgement | None", run.read_judgement(n)) for n in run.node_names()}
         if found and all(found.values()):
             judgements = {n: j for n, j in found.items() if j}
-            return judgements, rack_judgement(judgements, run.read_rack())
+            return judgements, rack_judgement(judgements, rack_step_of(run))
     judgements = judge_run(run, write=False)
-    return judgements, rack_judgement(judgements, run.read_rack())
+    return judgements, rack_judgement(judgements, rack_step_of(run))
 
 
-def _add_findings(j: dict[str, Any], found: list[dict[str, str]]) -> None:
+def _add_findings(j: Judgement, found: list[dict[str, str]]) -> None:
     j["integrity"] = [*j.get("integrity", []), *found]
     j["problems"] += [f["problem"] for f in found if f["problem"] not in j["problems"]]
     decide_node(j)

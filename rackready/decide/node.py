@@ -27,6 +27,8 @@ from typing import Any
 
 from rackready.decide.integrity import replay_findings, session_findings
 from rackready.decide.outcome import decide_node, missing_check_verdict, verdict_dict
+from rackready.decide.records import BmcRecord, GoldenPoint, Judgement, ScopeRecord
+from rackready.run.rebuild import INTERRUPTED
 from rackready.run.rundir import NodeResult, PlannedNode, now_iso
 from validation.judge import judge
 from validation.model import CheckResult
@@ -118,7 +120,7 @@ class _Context:
     def partial(self) -> bool:
         return bool(self.only) or self.gpus is not None
 
-    def scope_record(self, missing: list[str]) -> dict[str, Any]:
+    def scope_record(self, missing: list[str]) -> ScopeRecord:
         return {"partial": self.partial, "only": self.only, "gpus": self.gpus,
                 "without": list(self.without), "waivers_from": self.waivers_from,
                 "level": self.level, "missing_checks": missing}
@@ -149,7 +151,7 @@ def parse_checks(result: dict[str, Any], problems: list[str]) -> list[CheckResul
 
 def _identity_problems(ctx: _Context, result: dict[str, Any]) -> list[str]:
     """A result for another node, profile or level is not this node's result."""
-    out = []
+    out: list[str] = []
     if ctx.planned is None:
         return out
     for key, want in (("node", ctx.name), ("profile", ctx.profile_name), ("level", ctx.level)):
@@ -164,7 +166,7 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
                session_problem: str = "", bundle_sha256: str | None = None,
                bmc: dict[str, Any] | None = None,
                findings: list[dict[str, str]] | None = None,
-               ) -> tuple[dict[str, Any], list[CheckResult], Profile | None]:
+               ) -> tuple[Judgement, list[CheckResult], Profile | None]:
     """One node's judgement (see the module doc), its check results and the profile used.
 
     `findings` (rackready.decide.integrity) are what the session, the evidence, the run's nonce
@@ -191,12 +193,14 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
     if oob_check is not None:
         results.append(oob_check)
     verdicts = judge(results, ctx.profile) if ctx.profile is not None else []
-    reported = {r.check for r in results if r.status != "interrupted"}
+    # a run cut short is rebuilt with checks "interrupted" (rackready.run.rebuild), a status
+    # the node never writes (validation.model.CheckStatus)
+    reported = {r.check for r in results if r.status != INTERRUPTED}
     missing = [c for c in expected_checks(ctx.level, ctx.only) if c not in reported]
     verdict_dicts = [verdict_dict(v, "node", inventory) for v in verdicts]
     verdict_dicts += [missing_check_verdict(c, ctx.level) for c in missing]
     claimed = (result or {}).get("outcome")
-    judgement = {
+    judgement: Judgement = {
         "node": name, "by": "controller", "judged": now_iso(),
         "profile": ctx.profile_name or None, "profile_sha256": ctx.profile_hash,
         "level": ctx.level, "scope": ctx.scope_record(missing),
@@ -231,7 +235,7 @@ def _bmc_check(planned: PlannedNode | None, bmc: dict[str, Any] | None,
     return not_run("the out-of-band step did not run for this node")
 
 
-def _bmc_record(bmc: dict[str, Any] | None, check: CheckResult | None) -> dict[str, Any]:
+def _bmc_record(bmc: dict[str, Any] | None, check: CheckResult | None) -> BmcRecord:
     """What the report shows of the BMC: identity, log excerpt, and why it was not read."""
     bmc = bmc or {}
     return {"address": bmc.get("address"), "status": check.status if check else None,
@@ -241,7 +245,7 @@ def _bmc_record(bmc: dict[str, Any] | None, check: CheckResult | None) -> dict[s
             "check": check.to_dict() if check else None}
 
 
-def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[dict[str, float]]:
+def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[GoldenPoint]:
     """The golden loss curve for the reference job that ran: the stored curve of its shape,
     world size, dtype and config (validation/golden), else the profile's inventory curve."""
     if profile is None:
@@ -259,7 +263,7 @@ def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[di
         shapes = [m.labels.get("shape") for m in ms if m.labels.get("shape")]
         golden = (profile.inventory.get("fsdp_golden") or {}).get(shapes[0] if shapes else "")
         points = (golden or {}).get("loss") or {}
-    out = []
+    out: list[GoldenPoint] = []
     for step, loss in points.items():
         try:
             out.append({"step": float(step), "loss": float(loss)})

@@ -11,9 +11,23 @@ code only read them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from rackready.decide.limits import limits_record
+from rackready.decide.records import (
+    AllreduceRecord,
+    GroupOutcome,
+    GroupOutcomeName,
+    Judgement,
+    LeftOut,
+    NodeOutcome,
+    PairRow,
+    RackJudgement,
+    RackStep,
+    Scope,
+    VerdictRecord,
+)
 from rackready.remote.result_shape import MALFORMED
 from rackready.sanitize import one_line
 from validation.judge import component
@@ -37,15 +51,16 @@ def component_words(labels: dict[str, Any], inventory: dict[str, Any] | None) ->
     return component(labels)
 
 
-def verdict_dict(v: Verdict, scope_name: str, inventory: dict[str, Any]) -> dict[str, Any]:
-    d = v.to_dict()
+def verdict_dict(v: Verdict, scope_name: Scope, inventory: dict[str, Any]) -> VerdictRecord:
+    d = v.to_dict()  # Verdict's fields; the controller adds the scope and the part in words
     d["scope"] = scope_name
     d["component"] = component_words(v.labels, inventory)
-    return d
+    return cast(VerdictRecord, d)
 
 
-def decide_node(j: dict[str, Any]) -> None:
+def decide_node(j: Judgement) -> None:
     """Outcome and its one-line reason: decided here and nowhere else."""
+    outcome: NodeOutcome
     failing = [v for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", [])
                if v["outcome"] == "fail"]
     missing = j["scope"]["missing_checks"]
@@ -96,7 +111,7 @@ def decide_node(j: dict[str, Any]) -> None:
     j["outcome"], j["outcome_reason"] = outcome, reason
 
 
-def rack_outcome(node_outcomes: list[str]) -> str:
+def rack_outcome(node_outcomes: list[str]) -> NodeOutcome:
     """The rack passes only if every planned node passed."""
     if not node_outcomes:
         return "INCOMPLETE"
@@ -106,7 +121,7 @@ def rack_outcome(node_outcomes: list[str]) -> str:
     return "PASS"
 
 
-def missing_check_verdict(check: str, level: str) -> dict[str, Any]:
+def missing_check_verdict(check: str, level: str) -> VerdictRecord:
     """A check of the planned set that never reported: a failing verdict, node-wide."""
     return {
         "check": check, "metric": "check.status", "outcome": "fail", "value": "missing",
@@ -123,11 +138,12 @@ def link_component(node: str, nic: str, peer: str, peer_nic: str, rail: Any) -> 
 
 
 def group_outcome(name: str, planned: list[str], members: list[str],
-                  left_out: list[dict[str, str]], rows: list[dict[str, Any]],
-                  allreduce: dict[str, Any] | None, problems: list[str]) -> dict[str, str]:
+                  left_out: list[LeftOut], rows: list[PairRow],
+                  allreduce: AllreduceRecord | None, problems: list[str]) -> GroupOutcome:
     """A fabric group's outcome in the rack step and its one-line reason."""
     failing = [r for r in rows if r["outcome"] == "fail"]
     missing = [n["node"] for n in left_out]
+    outcome: GroupOutcomeName
     if len(planned) < 2:
         outcome, reason = "NOT_APPLICABLE", f"one node on fabric {name}: no pairs"
     elif failing or (allreduce and allreduce["outcome"] == "fail"):
@@ -143,13 +159,13 @@ def group_outcome(name: str, planned: list[str], members: list[str],
     return {"outcome": outcome, "outcome_reason": one_line(reason, 300)}
 
 
-def rack_outcome_of(rack: dict[str, Any]) -> list[str]:
+def rack_outcome_of(rack: RackStep) -> list[str]:
     """The groups' outcomes that count toward the rack's (not-applicable ones do not)."""
     return [g["outcome"] for g in rack.get("groups", []) if g["outcome"] != "NOT_APPLICABLE"]
 
 
-def rack_judgement(judgements: dict[str, dict[str, Any]], rack_step: dict[str, Any]
-                   ) -> dict[str, Any]:
+def rack_judgement(judgements: Mapping[str, Judgement], rack_step: RackStep
+                   ) -> RackJudgement:
     """The rack's outcome and reason: from every planned node's judgement and the rack
     step's fabric groups. Nothing judged is never a pass."""
     nodes = [(str(j.get("node") or name), j) for name, j in judgements.items()]
@@ -162,8 +178,8 @@ def rack_judgement(judgements: dict[str, dict[str, Any]], rack_step: dict[str, A
                           for g in rack_step.get("groups", [])]}
 
 
-def _rack_reason(outcome: str, nodes: list[tuple[str, dict[str, Any]]],
-                 rack_step: dict[str, Any]) -> str:
+def _rack_reason(outcome: str, nodes: list[tuple[str, Judgement]],
+                 rack_step: RackStep) -> str:
     if outcome == "PASS":
         return ""
     hit = [(name, j) for name, j in nodes if j.get("outcome") == outcome]
@@ -176,7 +192,7 @@ def _rack_reason(outcome: str, nodes: list[tuple[str, dict[str, Any]]],
     return f"{outcome}: {names}" + (f" ({first})" if len(hit) == 1 and first else "")
 
 
-def exit_code(judgements: dict[str, dict[str, Any]], rack_step: dict[str, Any]) -> int:
+def exit_code(judgements: Mapping[str, Judgement], rack_step: RackStep) -> int:
     """0 only when the whole run passed: every planned node (those a --resume did not
     reach too, as its rack.json says) and the rack step (the rack judgement's outcome)."""
     return 0 if rack_judgement(judgements, rack_step)["outcome"] == "PASS" else 1

@@ -25,13 +25,25 @@ the nodes' judgements, and decide.outcome words each group's outcome and the rac
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rackready.decide.outcome import group_outcome, link_component
+from rackready.decide.records import (
+    AllreduceRecord,
+    Judgement,
+    LeftOut,
+    Miss,
+    PairRow,
+    RackGroup,
+    RackStep,
+    Suspect,
+    VerdictRecord,
+)
 from rackready.sanitize import one_line
 from validation.judge import limit_outcome
-from validation.model import Threshold
+from validation.model import Outcome, Threshold
 
 # The step's two checks: the all_reduce (judged per fabric) and the pairwise links
 # (judged per link, a FAIL verdict on both ends).
@@ -69,11 +81,11 @@ class Floors:
 
 
 def fabric_key(site: dict[str, Any], fabric: str) -> str:
-    rack = site.get("rack") if isinstance(site.get("rack"), dict) else {}
+    rack = given if isinstance(given := site.get("rack"), dict) else {}
     return str(rack.get("fabric") or fabric or "default")
 
 
-def eligibility(session: dict[str, Any], judgement: dict[str, Any] | None) -> str:
+def eligibility(session: dict[str, Any], judgement: Judgement | None) -> str:
     """'' when the node can take part; else why it is left out."""
     problem = str(session.get("problem") or "")
     if problem.startswith("unreachable"):
@@ -86,7 +98,7 @@ def eligibility(session: dict[str, Any], judgement: dict[str, Any] | None) -> st
     return ""
 
 
-def groups(plan, judgements: dict[str, dict[str, Any]], sessions: dict[str, dict[str, Any]]
+def groups(plan, judgements: Mapping[str, Judgement], sessions: dict[str, dict[str, Any]]
            ) -> dict[str, dict[str, Any]]:
     """fabric -> {"planned": [...], "members": [...], "left_out": [{node, reason}]}."""
     out: dict[str, dict[str, Any]] = {}
@@ -126,9 +138,9 @@ def link_words(rec: dict[str, Any]) -> str:
 
 
 def judge_group(name: str, planned: list[str], members: list[str],
-                left_out: list[dict[str, str]], records: list[dict[str, Any]],
+                left_out: list[LeftOut], records: list[dict[str, Any]],
                 floors: dict[str, Floors], problems: list[str],
-                expected_rails: dict[str, int]) -> dict[str, Any]:
+                expected_rails: dict[str, int]) -> RackGroup:
     """One fabric's rack-level judgement from the workload's measurements."""
     problems = list(problems)
     pairs = agreed_links(records, members, problems)
@@ -138,7 +150,7 @@ def judge_group(name: str, planned: list[str], members: list[str],
               None)
     ar_ok = next((r for r in records
                   if r.get("name") == AR_OK_METRIC and r.get(SENDER) == lead), None)
-    rows: list[dict[str, Any]] = []
+    rows: list[PairRow] = []
     carried = [r for r in pairs if not r["labels"].get("refused")]
     median = statistics.median(float(r["value"]) for r in carried) if carried else None
     got = {(r["labels"]["node_a"], r["labels"]["node_b"], str(r["labels"]["rail"]))
@@ -168,6 +180,7 @@ def judge_group(name: str, planned: list[str], members: list[str],
                                f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
             got_ratio = _outcome(ratio, rfloor, strict) if ratio is not None else "pass"
             if got_ratio != "pass":
+                assert median is not None  # a ratio is taken only against a median
                 missed.append((got_ratio, RATIO_METRIC, ratio, "", rfloor,
                                f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
                                f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"))
@@ -178,20 +191,18 @@ def judge_group(name: str, planned: list[str], members: list[str],
                      "unit": "GB/s", "vs_median": ratio, "refused": refused,
                      "simulated": lb.get("simulated", ""), "threshold": floor,
                      "outcome": "fail" if fails else "below_expected" if below else "pass",
-                     "failures": [{"metric": m, "value": v, "unit": u, "threshold": t,
-                                   "message": msg} for _, m, v, u, t, msg in fails],
-                     "below_expected": [{"metric": m, "value": v, "unit": u, "threshold": t,
-                                         "message": msg} for _, m, v, u, t, msg in below]})
-    allreduce = None
+                     "failures": [_miss(m) for m in fails],
+                     "below_expected": [_miss(m) for m in below]})
+    allreduce: AllreduceRecord | None = None
     if ar is not None:
         ar_floor = _looser([floors[n].allreduce for n in members if n in floors])
         ok_limit = next((floors[n].allreduce_ok for n in members
                          if n in floors and floors[n].allreduce_ok), None)
         strict = any(floors[n].strict for n in members if n in floors)
         ok = ar_ok["value"] if ar_ok else None
-        got = [_outcome(ar["value"], ar_floor, strict), _outcome(ok, ok_limit, strict)]
-        ar_outcome = ("fail" if "fail" in got else "below_expected" if "below_expected" in got
-                      else "pass")
+        ar_got = [_outcome(ar["value"], ar_floor, strict), _outcome(ok, ok_limit, strict)]
+        ar_outcome = ("fail" if "fail" in ar_got else "below_expected" if "below_expected" in
+                      ar_got else "pass")
         allreduce = {"check": RACK_CHECKS[0], "value": ar["value"], "unit": "GB/s",
                      "correct": ok,
                      "labels": ar["labels"], "threshold": ar_floor,
@@ -205,6 +216,12 @@ def judge_group(name: str, planned: list[str], members: list[str],
             **group_outcome(name, planned, members, left_out, rows, allreduce, problems),
             "median_rail_gbps": median, "allreduce": allreduce, "pairs": rows,
             "suspects": suspects(rows), "problems": problems}
+
+
+def _miss(m: tuple[str, str, Any, str, Any, str]) -> Miss:
+    _, metric, value, unit, threshold, message = m
+    return {"metric": metric, "value": value, "unit": unit, "threshold": threshold,
+            "message": message}
 
 
 def _link(rec: dict[str, Any]) -> tuple[str, str, str]:
@@ -263,11 +280,11 @@ def _said(rec: dict[str, Any]) -> str:
     return f"refused ({one_line(str(refused), 60)})" if refused else f"{rec['value']} GB/s"
 
 
-def suspects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def suspects(rows: list[PairRow]) -> list[Suspect]:
     """Per rail: the node in every failing pair of that rail (two or more pairs), or
     the end whose port refused. With two nodes only a refusal can say which end."""
-    out = []
-    by_rail: dict[int, list[dict[str, Any]]] = {}
+    out: list[Suspect] = []
+    by_rail: dict[int, list[PairRow]] = {}
     for r in rows:
         if r["outcome"] == "fail":
             by_rail.setdefault(r["rail"], []).append(r)
@@ -278,8 +295,7 @@ def suspects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"node": node, "rail": rail, "nic": nic,
                         "why": f"in all {len(bad)} failing pairs of rail {rail}"})
         for r in bad:
-            for side in ("a", "b"):
-                node, nic = r[f"node_{side}"], r[f"nic_{side}"]
+            for node, nic in ((r["node_a"], r["nic_a"]), (r["node_b"], r["nic_b"])):
                 if f"{node} {nic} port" in r["refused"] and not any(
                         s["node"] == node and s["rail"] == rail for s in out):
                     out.append({"node": node, "rail": rail, "nic": nic,
@@ -287,20 +303,18 @@ def suspects(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def node_verdicts(rack: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def node_verdicts(rack: RackStep) -> dict[str, list[VerdictRecord]]:
     """node -> verdicts (scope rack, fail or below_expected) naming each link that missed
     a limit, on both of its ends."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[VerdictRecord]] = {}
     for g in rack.get("groups", []):
         sus = {(s["node"], s["rail"]) for s in g.get("suspects", [])}
         for r in g.get("pairs", []):
-            missed = [("fail", f) for f in r["failures"]] + \
+            missed: list[tuple[Outcome, Miss]] = [("fail", f) for f in r["failures"]] + \
                 [("below_expected", f) for f in r.get("below_expected", [])]
             for outcome, f in missed:
-                for me, peer, side in ((r["node_a"], r["node_b"], "a"),
-                                       (r["node_b"], r["node_a"], "b")):
-                    nic = r[f"nic_{side}"]
-                    other = r["nic_b" if side == "a" else "nic_a"]
+                for me, peer, nic, other in ((r["node_a"], r["node_b"], r["nic_a"], r["nic_b"]),
+                                             (r["node_b"], r["node_a"], r["nic_b"], r["nic_a"])):
                     where = (f"this node's {nic} is the suspect end"
                              if (me, r["rail"]) in sus
                              else f"the suspect end is {peer} {other}"

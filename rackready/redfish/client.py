@@ -39,7 +39,7 @@ def extended_info(body: Any) -> str:
     """The BMC's explanation (@Message.ExtendedInfo, error.message) in one line."""
     if not isinstance(body, dict):
         return ""
-    err = body.get("error") if isinstance(body.get("error"), dict) else body
+    err = e if isinstance(e := body.get("error"), dict) else body
     infos = err.get("@Message.ExtendedInfo") or body.get("@Message.ExtendedInfo") or []
     msgs = []
     for info in infos if isinstance(infos, list) else []:

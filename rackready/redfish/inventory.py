@@ -150,7 +150,7 @@ def _thermal(client: Client, chassis: dict[str, Any], out: dict[str, Any]) -> No
 def log_entries(client: Client, log_service: str) -> list[dict[str, Any]]:
     svc = client.get(log_service)
     entries = link(svc, "Entries")
-    out = []
+    out: list[dict[str, Any]] = []
     uri = entries
     while uri and len(out) < LOG_ENTRY_CAP:
         body = client.get(uri)

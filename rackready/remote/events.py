@@ -24,11 +24,13 @@ class _EventSink:
         self.partial = bytearray()
         self.skipping = False  # inside an over-long line
         self.bytes = 0
+        assert session.files is not None  # a session that runs the suite writes files
+        events = session.files.events
         try:
-            session.files.events.parent.mkdir(parents=True, exist_ok=True)
-            self.fh = session.files.events.open("ab")
+            events.parent.mkdir(parents=True, exist_ok=True)
+            self.fh = events.open("ab")
         except OSError as exc:
-            raise _Fail(f"cannot write {session.files.events} on the controller: "
+            raise _Fail(f"cannot write {events} on the controller: "
                         f"{exc.strerror}") from None
 
     def close(self) -> None:

@@ -11,12 +11,16 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import paramiko
 from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR
 
 from rackready.remote.runner import _CHUNK, _Fail, _size
 from rackready.sanitize import one_line, strip_control
+
+if TYPE_CHECKING:  # the session mixes this in and owns these: types, not imports
+    from rackready.remote.session import Limits, NodeFiles, SessionOutcome
 
 MAX_NAME_BYTES = 255  # one artifact file or directory name
 
@@ -52,6 +56,12 @@ def unsafe_name(name: str) -> str:
     return ""
 
 
+def _request(sftp: paramiko.SFTPClient, t: int, *args: object) -> tuple[int, paramiko.Message]:
+    """paramiko's private request call (its stubs leave it out): the reply's type and body."""
+    reply: tuple[int, paramiko.Message] = sftp._request(t, *args)  # type: ignore[attr-defined]
+    return reply
+
+
 def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int,
              in_time: Callable[[], None] = lambda: None
              ) -> list[tuple[bytes, paramiko.SFTPAttributes]] | None:
@@ -63,7 +73,7 @@ def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int,
     """
     try:
         in_time()
-        t, msg = sftp._request(CMD_OPENDIR, path)
+        t, msg = _request(sftp, CMD_OPENDIR, path)
     except FileNotFoundError:
         return None
     if t != CMD_HANDLE:
@@ -74,7 +84,7 @@ def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int,
         while len(entries) < limit:
             in_time()
             try:
-                t, msg = sftp._request(CMD_READDIR, handle)
+                t, msg = _request(sftp, CMD_READDIR, handle)
             except EOFError:
                 break  # end of the folder
             if t != CMD_NAME:
@@ -82,10 +92,11 @@ def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int,
             for _ in range(msg.get_int()):
                 raw = msg.get_string()
                 msg.get_string()  # longname
-                attr = paramiko.SFTPAttributes._from_msg(msg)
+                # private and unstubbed, like _request
+                attr = paramiko.SFTPAttributes._from_msg(msg)  # type: ignore[attr-defined]
                 entries.append((raw, attr))
     finally:
-        sftp._request(CMD_CLOSE, handle)
+        _request(sftp, CMD_CLOSE, handle)
     return entries
 
 
@@ -116,6 +127,13 @@ def _local_write(local: Path, write: Callable[..., object], *args: object) -> No
                     f"{exc.strerror or type(exc).__name__}") from None
 
 
+def _channel(sftp: paramiko.SFTPClient) -> paramiko.Channel:
+    """The SFTP session's channel (paramiko types it optional; an open client has one)."""
+    channel = sftp.get_channel()
+    assert channel is not None
+    return channel
+
+
 def _kind(mode: int | None) -> str:
     mode = mode or 0
     if stat.S_ISLNK(mode):
@@ -135,12 +153,25 @@ class _Fetching:
     """The session's fetch of result.json and artifacts/ (mixed into the session, whose
     fields it uses: client, files, limits, out, fetch_end, total, entries)."""
 
+    client: paramiko.SSHClient
+    files: NodeFiles | None
+    limits: Limits
+    out: SessionOutcome
+    fetch_end: float
+    total: int
+    entries: int
+
+    if TYPE_CHECKING:
+        def _note(self, text: str) -> None: ...
+
     def _open_sftp(self, idle: float) -> paramiko.SFTPClient:
         sftp = self.client.open_sftp()
-        sftp.get_channel().settimeout(idle)  # a node that stops answering
+        _channel(sftp).settimeout(idle)  # a node that stops answering
         return sftp
 
     def _fetch(self, rout: str) -> None:
+        files = self.files
+        assert files is not None  # a session that runs the suite writes files
         self.fetch_end = time.monotonic() + self.limits.fetch_s
         self.total = 0
         self.entries = 0
@@ -154,12 +185,12 @@ class _Fetching:
                         self._refuse("result.json", _kind(attr.st_mode))
                     else:
                         self.out.result_fetched = self._get(
-                            sftp, f"{rout}/result.json", attr, self.files.result,
+                            sftp, f"{rout}/result.json", attr, files.result,
                             "result.json", "result.json")
             except _Refused as exc:
                 if exc.errno != errno.ENOENT:  # no result.json is said by result_fetched
                     self._refuse("result.json", str(exc))
-            self._walk(sftp, f"{rout}/artifacts", self.files.artifacts.resolve(), [], 0)
+            self._walk(sftp, f"{rout}/artifacts", files.artifacts.resolve(), [], 0)
         except _StopWalk:
             pass  # recorded as refused
         except TimeoutError:
@@ -179,7 +210,7 @@ class _Fetching:
         left = self.fetch_end - time.monotonic()
         if left <= 0:
             raise _Fail(self._fetch_late())
-        sftp.get_channel().settimeout(min(self.limits.idle_s, left))
+        _channel(sftp).settimeout(min(self.limits.idle_s, left))
 
     def _walk(self, sftp: paramiko.SFTPClient, remote: str, base: Path, parts: list[str],
               depth: int) -> None:

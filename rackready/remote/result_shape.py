@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from rackready.sanitize import one_line
 
@@ -83,6 +83,13 @@ class _Problems:
         rest = self.count - len(self.items)
         more = [f"{MALFORMED}: {rest} more part(s) replaced"] if rest else []
         return [*self.over_caps.values(), *self.items, *more]
+
+    @overload
+    def cut(self, v: str, where: str, limit: int | None = None) -> str: ...
+    @overload
+    def cut(self, v: None, where: str, limit: int | None = None) -> None: ...
+    @overload
+    def cut(self, v: str | None, where: str, limit: int | None = None) -> str | None: ...
 
     def cut(self, v: str | None, where: str, limit: int | None = None) -> str | None:
         limit = limit or self.caps.text_chars

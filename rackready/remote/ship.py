@@ -6,12 +6,17 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from rackready.remote.fetch import _sftp_errors
 from rackready.remote.runner import _Fail
 from rackready.sanitize import one_line
+
+if TYPE_CHECKING:  # the session mixes this in and owns these: types, not imports
+    from rackready.remote.session import Limits, SessionOutcome
 
 LOCK_HELD_RC = 75  # flock -E: the lock is held by another suite
 
@@ -83,6 +88,24 @@ def _reason(err: str) -> str:
 class _Shipping:
     """The session's preparation: run folder, bundle, uploads (mixed into the session,
     whose fields it uses: client, limits, out, become, staging)."""
+
+    client: paramiko.SSHClient
+    limits: Limits
+    out: SessionOutcome
+    become: bool
+    staging: str | None
+    on_status: Callable[[str], None]
+
+    if TYPE_CHECKING:
+        def _note(self, text: str) -> None: ...
+
+        def _exec(self, script: str, what: str, *, become: bool | None = None,
+                  timeout: float | None = None, deadline_free: bool = False
+                  ) -> tuple[int, str, str]: ...
+
+        def _command_failed(self, what: str, rc: int, err: str) -> str: ...
+
+        def _open_sftp(self, idle: float) -> paramiko.SFTPClient: ...
 
     def _prepare(self, base: str, rdir: str, resume: bool) -> None:
         self.on_status("preparing")

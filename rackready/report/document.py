@@ -8,11 +8,13 @@ the node's own claim is kept only as "claimed_outcome".
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
 from rackready.decide.outcome import OUTCOMES
+from rackready.decide.records import Judgement, RackStep
 from rackready.report.loader import NodeRun, RunData
 from rackready.report.seal.canonical import empty_signoff, seal
 
@@ -52,7 +54,7 @@ def _threshold_for(thresholds: list[dict[str, Any]], name: str,
     return None
 
 
-def _verdict_rows(judgement: dict[str, Any]) -> list[dict[str, Any]]:
+def _verdict_rows(judgement: Judgement) -> list[dict[str, Any]]:
     rows = []
     for v in [*judgement.get("verdicts", []), *judgement.get("fleet_verdicts", []),
               *judgement.get("rack_verdicts", [])]:
@@ -192,9 +194,10 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
 LIMIT_KEYS = ("judged", "spec", "measured", "provisional", "calibrated", "below_expected")
 
 
-def limits_of(j: dict[str, Any]) -> dict[str, Any]:
+def limits_of(j: Judgement) -> dict[str, Any]:
     """The judgement's count of verdicts by the tier of their limit (rackready.decide.node)."""
-    raw = j.get("limits") if isinstance(j.get("limits"), dict) else {}
+    # a judgement read back from disk: its limits record is checked, not assumed
+    raw: Mapping[str, Any] = given if isinstance(given := j.get("limits"), dict) else {}
     out: dict[str, Any] = {k: int(raw.get(k) or 0) for k in LIMIT_KEYS}
     out["provisional_limits"] = "strict" if raw.get("provisional_limits") == "strict" \
         else "gross"
@@ -245,7 +248,7 @@ def build_rack_report(data: RunData, node_docs: list[dict[str, Any]],
     return seal(doc)
 
 
-def report_groups(rack: dict[str, Any]) -> list[dict[str, Any]]:
+def report_groups(rack: RackStep) -> list[dict[str, Any]]:
     """The rack report's view of the step: every group, its links and its judgement."""
     out = []
     for g in rack.get("groups", []):

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rackready.decide.judge import rack_step_of
 from rackready.decide.node import parse_checks
+from rackready.decide.records import Judgement, RackJudgement, RackStep
 from rackready.errors import UserError
 from rackready.report.errors import ReportError
 from rackready.run.rebuild import result_from_events
@@ -35,7 +37,7 @@ class NodeRun:
     path: Path
     result: dict[str, Any]  # result.json shape (rebuilt from events, or a skeleton)
     complete: bool  # result.json present and readable
-    judgement: dict[str, Any]
+    judgement: Judgement
     problems: list[str] = field(default_factory=list)  # why incomplete, in words
     artifact_files: dict[str, str] = field(default_factory=dict)  # relpath -> sha256 on disk
 
@@ -45,8 +47,8 @@ class RunData:
     path: Path
     run: dict[str, Any]
     nodes: list[NodeRun]
-    rack: dict[str, Any]  # the rack's judgement (rackready.decide.outcome.rack_judgement)
-    rack_step: dict[str, Any] = field(default_factory=dict)  # <run>/_rack/rack.json
+    rack: RackJudgement  # the rack's judgement (rackready.decide.outcome.rack_judgement)
+    rack_step: RackStep = field(default_factory=RackStep)  # <run>/_rack/rack.json
 
 
 def open_run(run_dir: Path) -> RunDir:
@@ -63,8 +65,7 @@ def open_run(run_dir: Path) -> RunDir:
     return run
 
 
-def load_judged(run: RunDir, judged: tuple[dict[str, dict[str, Any]], dict[str, Any]]
-                ) -> RunData:
+def load_judged(run: RunDir, judged: tuple[dict[str, Judgement], RackJudgement]) -> RunData:
     """Load every node of a judged run: `judged` is rackready.decide.judge.judged(run),
     every node's judgement and the rack's. A run without them is refused: a report only
     reads what the controller decided (`invoke report` judges first)."""
@@ -77,10 +78,10 @@ def load_judged(run: RunDir, judged: tuple[dict[str, dict[str, Any]], dict[str, 
                           "judge the run first (invoke report does)")
     nodes = [_load_node(run, n, judgements[n]) for n in names]
     return RunData(path=run.path, run=_run_info(run, nodes), nodes=nodes, rack=rack,
-                   rack_step=run.read_rack())
+                   rack_step=rack_step_of(run))
 
 
-def _load_node(run: RunDir, name: str, judgement: dict[str, Any]) -> NodeRun:
+def _load_node(run: RunDir, name: str, judgement: Judgement) -> NodeRun:
     paths = run.paths(name)
     loaded = run.read_result(name)
     result = loaded.result

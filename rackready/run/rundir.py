@@ -25,6 +25,7 @@ import math
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -296,7 +297,7 @@ class RunDir:
     def read_session(self, node: str) -> dict[str, Any]:
         return _read_own_json(self.paths(node).session)
 
-    def write_judgement(self, node: str, judgement: dict[str, Any]) -> None:
+    def write_judgement(self, node: str, judgement: Mapping[str, Any]) -> None:
         _write_json_atomic(self.prepare_node(node).judgement, judgement)
 
     def read_judgement(self, node: str) -> dict[str, Any] | None:
@@ -310,7 +311,7 @@ class RunDir:
         return _read_own_json(self.paths(node).dir / "bmc.json") or None
 
     # the rack-level step (rackready.steps.rack) and the rack's judgement (rackready.decide)
-    def write_rack(self, record: dict[str, Any]) -> None:
+    def write_rack(self, record: Mapping[str, Any]) -> None:
         (self.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
         _write_json_atomic(self.path / RACK_DIRNAME / RACK_FILE, record)
 
@@ -328,7 +329,7 @@ class RunDir:
         path = self.prepare_rack_group(group) / f"{_rack_name(node)}{suffix}"
         path.write_text(text, encoding="utf-8")
 
-    def write_rack_judgement(self, judgement: dict[str, Any]) -> None:
+    def write_rack_judgement(self, judgement: Mapping[str, Any]) -> None:
         (self.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
         _write_json_atomic(self.path / RACK_DIRNAME / RACK_JUDGEMENT_FILE, judgement)
 
@@ -447,7 +448,7 @@ def _free_name(path: Path, tag: str) -> Path:
     raise UserError(f"{path.parent}: too many interrupted copies of {path.name}")
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)

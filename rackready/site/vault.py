@@ -4,6 +4,7 @@ tolerate what they cannot open, and host variables whose vaulted values fail onl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -122,7 +123,9 @@ class _VaultTolerantLoader(yaml.SafeLoader):
 
 
 _VaultTolerantLoader.add_constructor("!vault", lambda loader, node: "<vaulted>")
-_VaultTolerantLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+# a non-scalar !unsafe is refused by construct_scalar itself (ConstructorError)
+_VaultTolerantLoader.add_constructor(
+    "!unsafe", lambda loader, node: loader.construct_scalar(cast(yaml.ScalarNode, node)))
 
 
 class _Facts:
@@ -135,7 +138,7 @@ class _Facts:
     def __init__(self, host: str, v: dict) -> None:
         self.host = host
         self.v = v
-        self._templar = None
+        self._templar: Any = None  # ansible's Templar, made on first use
 
     def has(self, key: str) -> bool:
         return self.v.get(key) is not None

@@ -88,7 +88,7 @@ def _judged(run: RunDir, names: list[str]
             continue
         result = run.read_result(n).result or {}
         results[n] = parse_checks(result, [])
-        inv = result.get("inventory") if isinstance(result.get("inventory"), dict) else {}
+        inv = given if isinstance(given := result.get("inventory"), dict) else {}
         gpus = inv.get("gpus")
         rows = gpus.values() if isinstance(gpus, dict) else gpus if isinstance(gpus, list) else []
         facts[n] = {"serials": [str(g.get("serial")) for g in rows

@@ -167,7 +167,7 @@ def excerpt(data: dict[str, Any], since: str | None, n: int = EXCERPT) -> list[d
 def identity(data: dict[str, Any]) -> dict[str, Any]:
     s = data.get("system") or {}
     mgr = (data.get("managers") or [{}])[0]
-    main = next((c for c in data.get("chassis") or [] if c.get("serial")), {})
+    main: dict[str, Any] = next((c for c in data.get("chassis") or [] if c.get("serial")), {})
     return {
         "manufacturer": s.get("manufacturer", ""), "model": s.get("model", ""),
         "serial": s.get("serial", ""), "service_tag": s.get("sku", ""),

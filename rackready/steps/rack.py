@@ -14,12 +14,14 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from rackready.decide.node import controller_profile
 from rackready.decide.rack import PAIR_METRIC, SENDER, Floors, groups, judge_group
+from rackready.decide.records import Judgement, RackGroup, RackStep
 from rackready.remote import session, ssh
 from rackready.remote.result_shape import is_scalar
 from rackready.remote.runner import CommandResult, build_remote_command, run_command
@@ -63,7 +65,9 @@ def parse_records(text: str, problems: list[str], node: str) -> list[dict[str, A
         try:
             rec = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
             rec = replace_surrogates_in(rec)  # valid JSON, but no text a report can write
-            ok = (isinstance(rec, dict) and isinstance(rec.get("name"), str)
+            if not isinstance(rec, dict):
+                raise TypeError("not an object")
+            ok = (isinstance(rec.get("name"), str)
                   and isinstance(rec.get("labels"), dict)
                   # label values are names and numbers: they key tables and fill messages
                   and all(isinstance(v, str | int | float) and is_scalar(v)
@@ -113,7 +117,7 @@ def _torchrun(node, rank: int, nnodes: int, endpoint: str, run_id: str, bundle_d
 
 def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any],
               profiles: dict[str, Any], bundle_payload: tuple[bytes, str],
-              venv_of, nccl_env_of, progress=lambda msg: None) -> dict[str, Any]:
+              venv_of, nccl_env_of, progress=lambda msg: None) -> RackGroup:
     """Run the workload on the group's members and judge it."""
     members = list(group["members"])
     floors = {n: Floors.of(profiles[n]) for n in members if profiles.get(n) is not None}
@@ -126,9 +130,10 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
                            [] if len(group["planned"]) < 2 else
                            ["fewer than two nodes can take part"], counts)
     run.prepare_rack_group(key)
-    site = dict(run.plan.node(members[0]).site) if run.plan else {}
+    lead = run.plan.node(members[0]) if run.plan else None
+    site = dict(lead.site) if lead is not None else {}
     device = str((site.get("workloads") or {}).get("device") or "cuda")
-    rack_site = site.get("rack") if isinstance(site.get("rack"), dict) else {}
+    rack_site = given if isinstance(given := site.get("rack"), dict) else {}
     simulated = any(getattr(profiles.get(n), "simulated", False) for n in members)
     line_rate = min(float(((profiles[n].inventory.get("nic") or {}).get("rate_gbps")) or 400)
                     for n in members if profiles.get(n) is not None)
@@ -216,15 +221,15 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
-def run_rack_step(run: RunDir, targets: list, judgements: dict[str, dict[str, Any]],
+def run_rack_step(run: RunDir, targets: list, judgements: Mapping[str, Judgement],
                   bundle_payload: tuple[bytes, str], venv_of, nccl_env_of,
-                  progress=print) -> dict[str, Any]:
+                  progress=print) -> RackStep:
     """Every fabric group of the run: run, judge, write <run>/_rack/rack.json."""
     assert run.plan is not None
     nodes = {n.name: n for n in targets}
     sessions = {n: run.read_session(n) for n in nodes}
     profiles = {p.name: controller_profile(p) for p in run.plan.nodes}
-    rack: dict[str, Any] = {"started": now_iso(), "groups": []}
+    rack: RackStep = {"started": now_iso(), "groups": []}
     for key, g in groups(run.plan, judgements, sessions).items():
         g["members"] = [n for n in g["members"] if n in nodes]
         try:

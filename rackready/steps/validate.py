@@ -22,6 +22,7 @@ import yaml
 from rackready.decide.calibration import check_overlay, overlay_path, read_overlay
 from rackready.decide.judge import judge_run
 from rackready.decide.node import controller_profile, not_run
+from rackready.decide.records import Judgement, RackStep
 from rackready.errors import UserError
 from rackready.remote import bundle, ssh
 from rackready.remote import session as node_session
@@ -71,9 +72,9 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
         targets = ([_find(node, inventory)] if node
                    else [_find(n, inventory) for n in nodes] if nodes else _load(inventory))
         overlays = None if calibrating else _overlays(inventory)
-        plan = Plan(run_id=new_run_id(inventory), inventory=inventory, level=level,
-                    only=only_checks, nodes=[_planned(n, overlays) for n in targets])
-        run = RunDir.create(PROJECT_ROOT / "runs", out, plan)
+        new_plan = Plan(run_id=new_run_id(inventory), inventory=inventory, level=level,
+                        only=only_checks, nodes=[_planned(n, overlays) for n in targets])
+        run = RunDir.create(PROJECT_ROOT / "runs", out, new_plan)
 
     payload, digest = bundle.build()
     plan = run.plan
@@ -95,7 +96,7 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
         list(pool.map(one, runs))
 
     judgements = judge_run(run)
-    rack: dict = {}
+    rack: RackStep = {}
     # the rack-level step (rackready.steps.rack): an inventory run, after the suites
     if not node and len(plan.nodes) >= 2:
         board.close()
@@ -295,7 +296,7 @@ def _nccl_env(node: inventory.Node) -> dict[str, str]:
     return {"NCCL_NVLS_ENABLE": str(int(bool(nvls)))} if nvls is not None else {}
 
 
-def _print_summary(runs: list[NodeRun], judgements: dict) -> None:
+def _print_summary(runs: list[NodeRun], judgements: dict[str, Judgement]) -> None:
     print()
     print(f"{'node':<14} {'outcome':<11} {'events':>6}  detail")
     for r in runs:
@@ -305,7 +306,7 @@ def _print_summary(runs: list[NodeRun], judgements: dict) -> None:
         print(f"{r.node.name:<14} {r.outcome:<11} {r.events:>6}  {detail}")
 
 
-def _print_rack(rack: dict) -> None:
+def _print_rack(rack: RackStep) -> None:
     """One line per fabric group of the rack-level step, and its failing links."""
     for g in rack.get("groups", []):
         print(f"rack step, fabric {g['fabric']}: {g['outcome']}"

@@ -37,7 +37,7 @@ def ensure_ca(directory: Path) -> Path:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "rackready lab"),
                       x509.NameAttribute(NameOID.COMMON_NAME, "rackready lab BMC CA")])
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.timezone.utc)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5))
@@ -57,8 +57,10 @@ def issue(directory: Path, name: str, address: str) -> tuple[Path, Path]:
     """A server certificate for one BMC (its name and address); returns (cert, key)."""
     ca_cert = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
     ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):  # ensure_ca makes P-256 keys
+        raise ValueError(f"{directory / 'ca.key'} is not an EC private key")
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.timezone.utc)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
             .issuer_name(ca_cert.subject).public_key(key.public_key())

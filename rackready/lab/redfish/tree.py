@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ def vendor_data(name: str) -> dict[str, Any]:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S+00:00")
 
 
 def _serial(node: str, *parts: object, digits: int = 6) -> str:
@@ -323,7 +323,7 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
         Name="Task Service", ServiceEnabled=True, CompletedTaskOverWritePolicy="Oldest",
         Tasks=ref(p.tasks), Status=ok())
 
-    logs = {s["id"]: [] for s in v["log_services"]}
+    logs: dict[str, list[dict[str, Any]]] = {s["id"]: [] for s in v["log_services"]}
     state: dict[str, Any] = {
         "schema": SCHEMA, "node": node, "platform": hw["platform"], "vendor": vendor_file,
         "resources": r, "bios": {"current": attrs, "pending": {}}, "jobs": [], "logs": logs,

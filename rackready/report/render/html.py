@@ -61,7 +61,7 @@ def inventory_view(inv: dict[str, Any]) -> dict[str, Any]:
             key = f"{prefix}{k}"
             if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
                 # {"0": {...}, "1": {...}} (GPUs by index): one table, the key as a column
-                cols = ["id"]
+                cols: list[str] = ["id"]
                 for row in v.values():
                     cols += [c for c in row if c not in cols]
                 tables.append({"name": key, "columns": cols,
@@ -71,7 +71,7 @@ def inventory_view(inv: dict[str, Any]) -> dict[str, Any]:
                 if v:
                     walk(f"{key}.", v)
             elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-                cols: list[str] = []
+                cols = []
                 for row in v:
                     cols += [c for c in row if c not in cols]
                 tables.append({"name": key, "columns": cols,

@@ -12,6 +12,7 @@ import io
 import math
 import re
 from html import escape
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -23,6 +24,10 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator  # noqa: 
 from rackready.report import naming  # noqa: E402
 from rackready.report.views.figures import Figure, Panel  # noqa: E402
 
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.typing import RcKeyType
+
 PALETTE = ("#1f5fa8", "#d9822b", "#2e8b57", "#8e44ad", "#17a2b8", "#8c6d1f", "#e377c2",
            "#4d4d4d")
 FAIL = "#b42318"
@@ -30,7 +35,7 @@ BAR = "#1f5fa8"
 MUTED = "#6b7280"
 WIDTH_IN = 7.2  # A4 text width (186 mm) less a little: printed at about 1:1
 
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "svg.hashsalt": "rackready-report",
     "svg.fonttype": "none",
     "font.family": "DejaVu Sans",
@@ -148,7 +153,7 @@ def render(fig_view: Figure) -> str:
         height = fig_view.panel_height * nrows + (0.35 if has_legend else 0)
         fig = MplFigure(figsize=(WIDTH_IN, height), layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False)
-        handles: dict[str, object] = {}
+        handles: dict[str, Artist] = {}
         for i, ax in enumerate(axes.flat):
             if i >= len(panels):
                 ax.set_visible(False)

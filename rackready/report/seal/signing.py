@@ -430,7 +430,7 @@ def verify_report_dir(report_dir: Path, pub: Ed25519PublicKey) -> list[FileCheck
         check(MANIFEST).problems[:] = ["missing: the folder was not signed "
                                        "(invoke report --sign), or the manifest was removed"]
     covered: set[str] = set()
-    if manifest_ok:
+    if manifest_ok and manifest is not None:
         for entry in manifest.get("files") or []:
             fname = str(entry.get("path", "")) if isinstance(entry, dict) else ""
             if not fname or "/" in fname or "\\" in fname or fname.startswith("."):

@@ -175,7 +175,7 @@ def appendix(doc: dict[str, Any], refs: References) -> dict[str, Any]:
                 continue
             labels = v.get("labels") or {}
             t = v.get("threshold")
-            key = (v["metric"], naming.qualifier(labels), v["outcome"],
+            key: tuple[Any, ...] = (v["metric"], naming.qualifier(labels), v["outcome"],
                    naming.threshold_text(t), (t or {}).get("provenance"), v.get("scope"))
             # Failures stay one row each: every failing part is named.
             if v["outcome"] == "fail":

@@ -36,9 +36,9 @@ def signing_conf() -> tuple[Path, Path] | None:
             key, eq, value = line.strip().partition("=")
             if eq and not key.startswith("#"):
                 values[key.strip()] = value.strip().strip("\"'")
-    key, cert = values.get("mok_signing_key"), values.get("mok_certificate")
-    if key and cert and Path(key).is_file() and Path(cert).is_file():
-        return Path(key), Path(cert)
+    mok_key, mok_cert = values.get("mok_signing_key"), values.get("mok_certificate")
+    if mok_key and mok_cert and Path(mok_key).is_file() and Path(mok_cert).is_file():
+        return Path(mok_key), Path(mok_cert)
     return None
 
 
