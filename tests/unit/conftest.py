@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,12 @@ from rackready.report.build import build_reports
 from rackready.report.cli import main as report_main
 from rackready.report.cli import sign_run
 from rackready.report.seal.signing import PASSPHRASE_ENV, generate_key
+
+# Test modules share helpers across the package folders (test_report_synthetic's runs,
+# test_validation_hwsim's node): every folder is importable, whichever tests were picked.
+for _folder in sorted(Path(__file__).parent.iterdir()):
+    if _folder.is_dir() and any(_folder.glob("test_*.py")) and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 # --- the healthy hwsim node's hardware checks ------------------------------------------
 
