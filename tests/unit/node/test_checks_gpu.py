@@ -232,8 +232,8 @@ def test_nvlink_in_mig_mode_is_unknown_never_links_down(tmp_path, text):
 
 def all_inactive(gpu: int, message: str) -> str:
     """The capture's `nvlink -s` with GPU `gpu`'s link lines replaced by NVML's one-line
-    message for a GPU whose links are all down (leptonai/gpud issue 1085, NVIDIA
-    open-gpu-kernel-modules issue 1150); the other GPU's lines stay as captured."""
+    message for a GPU whose links are all down (leptonai/gpud issue 1085,
+    NVIDIA/open-gpu-kernel-modules issue 1150); the other GPU's lines stay as captured."""
     lines = (FIX / "nvidia-smi-nvlink-s.txt").read_text().splitlines(keepends=True)
     out, cur = [], None
     for ln in lines:

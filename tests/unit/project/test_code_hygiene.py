@@ -10,9 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 TREES = ("rackready", "validation", "roles", "playbooks", "library", "tests", "bench")
 SUFFIXES = {".py", ".yml", ".yaml", ".j2", ".sh", ".json", ".cfg", ".toml"}
-# "issue 17", "(#17)"; not "open-gpu-kernel-modules issue 1150" (an upstream source)
+# "issue 17", "(#17)"; not "NVIDIA/open-gpu-kernel-modules issue 1150" (an upstream source)
 ISSUE = re.compile(r"\bissues? \d+\b|\(#\d+\)")
-UPSTREAM = re.compile(r"[\w.-]+/[\w.-]+ issue \d+|\w[\w.-]*-\w+ issue \d+|gpud issue \d+")
+UPSTREAM = re.compile(r"[\w.-]+/[\w.-]+ issue \d+")  # owner/repo issue N
 FENCE = re.compile(r"^\s*# --- end\b|^\s*# --- .*(step|branch) .*---\s*$")
 
 
@@ -46,5 +46,6 @@ def test_the_rule_catches_what_it_is_for():
     assert offending("x = 1  # added for issue 16 (w16n)")
     assert offending("    # --- end rack-level step ---")
     assert offending("see (#24)")
-    assert not offending("(leptonai/gpud issue 1085, NVIDIA open-gpu-kernel-modules issue 1150)")
+    assert not offending("(leptonai/gpud issue 1085, NVIDIA/open-gpu-kernel-modules issue 1150)")
+    assert offending("the rack-level issue 16 fix")  # a hyphenated word is no repository
     assert not offending("# --- the rack's reference-job curves compared with each other ---")
