@@ -151,15 +151,17 @@ def validate(c, node=None, inventory="lab", level="quick", out=None,
         "nodes": "known-good nodes to calibrate on, comma-separated (at least 2 per profile)",
         "level": "the level whose figures set the floors (default: standard)",
         "out": "run directory of the calibration run (default: runs/calibrate-<timestamp>)",
+        "only": "run only these checks (comma-separated names): the overlay then holds "
+                "only their floors, the rest judged by the profile's own limits",
     }
 )
 @user_errors
-def calibrate(c, inventory=None, nodes=None, level="standard", out=None):
+def calibrate(c, inventory=None, nodes=None, level="standard", out=None, only=None):
     """Calibrate the performance floors on known-good nodes: one overlay per profile."""
     from rackready.steps.calibrate import run_calibration
 
     required(inventory=inventory, nodes=nodes)
-    code = run_calibration(inventory, nodes, level=level, out=out)
+    code = run_calibration(inventory, nodes, level=level, out=out, only=only)
     if code:
         raise Exit(code=code)
 

@@ -87,6 +87,13 @@ def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
 
 
 
+def naming_failures(verdicts: list[dict[str, Any]], kind: str, comp: dict[str, Any],
+                    raid: bool = True) -> list[dict[str, Any]]:
+    """The failed verdicts that are the fault's: an expected check, naming the part."""
+    checks, names = expected_failure(kind, comp, raid=raid)
+    return [v for v in verdicts if v["outcome"] == "fail" and v["check"] in checks
+            and all(n in v["message"] + " " + v["remediation"] for n in names)]
+
 
 # Fault families: the simulated kinds grouped by the part they hit. Every kind runs
 # through hwsim in the unit tier (test_validation_hwsim.py); over SSH on the lab

@@ -164,15 +164,20 @@ def calibrate_profile(profile: Profile, results: dict[str, list[CheckResult]],
 
 def overlay_document(profile: Profile, limits: list[dict[str, Any]], nodes: list[str],
                      serials: dict[str, list[str]], level: str, run_id: str, date: str,
-                     versions: dict[str, str], k: float = K) -> dict[str, Any]:
+                     versions: dict[str, str], k: float = K,
+                     checks: list[str] | None = None) -> dict[str, Any]:
+    """checks: the run was narrowed to these (`--only`); said in the source and limits."""
     who = ", ".join(f"{n} (GPU serials {', '.join(serials.get(n) or ['unknown'])})"
                     for n in nodes)
-    source = f"site calibration {date[:10]} on {', '.join(nodes)}, level {level}"
+    scope = "" if not checks else f" ({checks[0]} only)" if len(checks) == 1 else \
+        f" ({len(checks)} checks only)"
+    source = f"site calibration {date[:10]} on {', '.join(nodes)}, level {level}{scope}"
     thresholds = []
-    for lim in limits:
+    for given in limits:
+        lim = dict(given)  # the caller's limits stay as they were
         s = lim.pop("statistics")
         lim["provenance"] = (
-            f"calibrated {date[:10]} on {who}, level {level}, run {run_id}: median "
+            f"calibrated {date[:10]} on {who}, level {level}{scope}, run {run_id}: median "
             f"{s['median']:g} over {s['devices']} devices of {s['nodes']} nodes, robust sigma "
             f"{s['sigma']:g}, floor median {'+' if lim['op'] == '<=' else '-'} {k:g} sigma, "
             f"never tighter than the weakest ({s['weakest']:g}) nor looser than the gross "
@@ -180,6 +185,6 @@ def overlay_document(profile: Profile, limits: list[dict[str, Any]], nodes: list
             + ", ".join(f"{a} {b}" for a, b in sorted(versions.items())))
         thresholds.append(lim)
     return {"profile": profile.name, "source": source, "calibrated": date, "level": level,
-            "run": run_id, "k": k, "nodes": [{"name": n, "gpu_serials": serials.get(n, [])}
-                                           for n in nodes],
+            "run": run_id, "k": k, **({"checks": list(checks)} if checks else {}),
+            "nodes": [{"name": n, "gpu_serials": serials.get(n, [])} for n in nodes],
             "versions": versions, "thresholds": thresholds}

@@ -27,7 +27,9 @@ from validation.model import CheckResult
 
 
 def run_calibration(inv: str, nodes: str, level: str = "standard",
-                    out: str | None = None) -> int:
+                    out: str | None = None, only: str | None = None) -> int:
+    """Validate the nodes (only: just those checks), then write one overlay per profile,
+    or refuse; returns the exit code (0 written, 1 refused)."""
     names = list(dict.fromkeys(n.strip() for n in (nodes or "").split(",") if n.strip()))
     if not names:
         raise UserError("--nodes needs the known-good nodes to calibrate on (A,B,C)")
@@ -42,9 +44,10 @@ def run_calibration(inv: str, nodes: str, level: str = "standard",
     run_path = Path(out) if out else validate.PROJECT_ROOT / "runs" / (
         "calibrate-" + new_run_id(inv))
     validate.run_validation(None, inv, level, str(run_path), formats="json,html",
-                            nodes=names, calibrating=True)
+                            nodes=names, calibrating=True, only=only)
     run = RunDir.open(run_path)
-    refusals, results, facts = _judged(run, names)
+    checks = list(run.plan.only or []) if run.plan else []
+    refusals, results, facts = _judged(run, names, narrowed=bool(checks))
     overlays = {}
     for profile, members in by_profile.items():
         node = next(t for t in targets if t.name == members[0])
@@ -54,8 +57,9 @@ def run_calibration(inv: str, nodes: str, level: str = "standard",
                                                    if n in results})
         refusals += refused
         if not limits:
-            refusals.append(f"profile {profile}: the {level} level measured no "
-                            "performance floor to calibrate")
+            refusals.append(f"profile {profile}: the {level} level"
+                            + (f" ({len(checks)} checks only)" if checks else "")
+                            + " measured no performance floor to calibrate")
         overlays[profile] = (prof, limits, members)
     if refusals:
         for r in refusals:
@@ -67,7 +71,7 @@ def run_calibration(inv: str, nodes: str, level: str = "standard",
         doc = overlay_document(prof, limits, members,
                                {n: facts[n]["serials"] for n in members}, level,
                                run.plan.run_id if run.plan else run_path.name, now_iso(),
-                               _versions([facts[n] for n in members]))
+                               _versions([facts[n] for n in members]), checks=checks)
         path = overlay_path(folder, profile)
         _write_atomic(path, yaml.safe_dump(doc, sort_keys=False, width=100))
         print(f"calibrate: {profile}: {len(limits)} calibrated limit(s) from "
@@ -75,13 +79,15 @@ def run_calibration(inv: str, nodes: str, level: str = "standard",
     return 0
 
 
-def _judged(run: RunDir, names: list[str]
+def _judged(run: RunDir, names: list[str], narrowed: bool = False
             ) -> tuple[list[str], dict[str, list[CheckResult]], dict[str, dict[str, Any]]]:
-    """Refusals for nodes that did not pass; every passing node's checks and facts."""
+    """Refusals for nodes that did not pass; every passing node's checks and facts.
+    narrowed (--only): a node passes when every check that ran passed (PARTIAL)."""
     refusals, results, facts = [], {}, {}
+    passing = ("PASS", "PARTIAL") if narrowed else ("PASS",)
     for n in names:
         j = run.read_judgement(n) or {}
-        if j.get("outcome") != "PASS":
+        if j.get("outcome") not in passing:
             refusals.append(f"{n}: {j.get('outcome') or 'no judgement'}"
                             f" ({j.get('outcome_reason') or 'did not report'}): a node that "
                             "does not pass is no reference")

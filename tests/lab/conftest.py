@@ -1,6 +1,11 @@
 """The lab for tests: two nodes booted once per session, torn down at the end.
 
 lab-gpu01 is XE9680-like (NVSwitch, RoCE), lab-gpu02 DL380a-like (IB).
+
+RACKREADY_LAB_REUSE=1 (for working on one later-phase lab test): the lab that is up and
+provisioned already (`invoke lab.up --nodes 3`, `invoke provision --inventory lab`, a
+reboot of each node) is used as it is and left up; the fresh and provision phases' tests
+need fresh nodes, so run only the files you work on.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from rackready.lab import lab, nodes
 from rackready.lab.config import NodeSpec
 
 pytestmark = pytest.mark.lab
+REUSE = os.environ.get("RACKREADY_LAB_REUSE") == "1"
 
 
 @dataclass
@@ -41,17 +47,22 @@ def lab_nodes() -> Lab:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.fail("lab tests run in one process, in their order (no pytest-xdist -n): "
                     "invoke test --lab")
+    from rackready.lab.config import vault_password_file
     from rackready.lab.inventory import LAB_INVENTORY
 
-    lab.down(progress=lambda msg: None)  # always fresh nodes: check mode must see a new OS
-    specs = lab.up(2, progress=lambda msg: print(f"[lab] {msg}"))
+    if REUSE:
+        specs = lab.load_specs()
+        if not specs:
+            pytest.fail("RACKREADY_LAB_REUSE: no lab is up (invoke lab.up)")
+    else:
+        lab.down(progress=lambda msg: None)  # always fresh nodes: check mode sees a new OS
+        specs = lab.up(2, progress=lambda msg: print(f"[lab] {msg}"))
     # The lab's own commands (testinfra's ansible-inventory, inventory copies) open its
     # vault-encrypted group_vars with the lab's generated password, as a site would.
-    from rackready.lab.config import vault_password_file
-
     os.environ.setdefault("ANSIBLE_VAULT_PASSWORD_FILE", str(vault_password_file()))
-    yield Lab(specs, LAB_INVENTORY / "hosts.yml")
-    lab.down(progress=lambda msg: None)
+    yield Lab(specs[:2], LAB_INVENTORY / "hosts.yml")
+    if not REUSE:
+        lab.down(progress=lambda msg: None)
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +70,8 @@ def provisioned_lab(lab_nodes) -> Lab:
     """The lab after `invoke provision --inventory lab` (a no-op if already converged)."""
     from rackready.steps.provision import run_playbook
 
+    if REUSE:
+        return lab_nodes
     result = run_playbook(lab_nodes.inventory, quiet=True)
     assert result.rc == 0, result.failures
     for name in lab_nodes.names:  # the reboot provisioning asks for (kernel arguments)
@@ -89,3 +102,21 @@ def lab_phase(item) -> int:
 
 def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lab_phase)  # stable: keeps the order within each phase and file
+
+
+@pytest.fixture(scope="session")
+def three_nodes(provisioned_lab) -> Lab:
+    """The lab grown to three nodes: lab-gpu03 is a second XE9680-like node beside
+    lab-gpu01 (every real rack is many nodes of one model), provisioned and rebooted."""
+    from rackready.steps.provision import run_playbook
+
+    specs = lab.up(3, progress=lambda msg: print(f"[lab] {msg}"))
+    assert [s.name for s in specs] == ["lab-gpu01", "lab-gpu02", "lab-gpu03"]
+    assert specs[2].platform == specs[0].platform  # two of one model
+    if not REUSE:
+        result = run_playbook(provisioned_lab.inventory, limit="lab-gpu03", quiet=True)
+        assert result.rc == 0, result.failures
+        lab.reboot("lab-gpu03")
+    for spec in specs:
+        lab.heal(spec.name)
+    return Lab(specs, provisioned_lab.inventory)

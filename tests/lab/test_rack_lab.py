@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fault_expectations import HARDWARE_CHECKS, expected_failure
+from fault_expectations import HARDWARE_CHECKS, expected_failure, naming_failures
 
 from rackready.lab import lab
 from rackready.lab.hwsim.sysroot import read_node_state
@@ -43,9 +43,7 @@ def _faults(spec_root, kinds: list[tuple[str, str | None]]) -> list[dict]:
 
 
 def _hits(verdicts: list[dict], kind: str, comp: dict) -> list[dict]:
-    checks, names = expected_failure(kind, comp, raid=False)
-    return [v for v in verdicts if v["outcome"] == "fail" and v["check"] in checks
-            and all(n in v["message"] + " " + v["remediation"] for n in names)]
+    return naming_failures(verdicts, kind, comp, raid=False)
 
 
 @pytest.fixture

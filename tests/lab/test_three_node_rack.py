@@ -11,27 +11,11 @@ import json
 
 import pytest
 
-from rackready.lab import lab
 from rackready.steps.validate import run_validation
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("three-nodes")]
 
-NODES = ("lab-gpu01", "lab-gpu02", "lab-gpu03")
-
-
-@pytest.fixture(scope="module")
-def three_nodes(provisioned_lab):
-    from rackready.steps.provision import run_playbook
-
-    specs = lab.up(3, progress=lambda msg: print(f"[lab] {msg}"))
-    assert [s.name for s in specs] == list(NODES)
-    assert specs[2].platform == specs[0].platform  # two of one model
-    result = run_playbook(provisioned_lab.inventory, limit="lab-gpu03", quiet=True)
-    assert result.rc == 0, result.failures
-    lab.reboot("lab-gpu03")
-    for name in NODES:
-        lab.heal(name)
-    return specs
+NODES = ("lab-gpu01", "lab-gpu02", "lab-gpu03")  # the three_nodes fixture: tests/lab/conftest.py
 
 
 def test_a_rack_with_two_nodes_of_one_profile_writes_every_report(three_nodes, tmp_path):

@@ -97,6 +97,19 @@ def test_the_overlay_makes_calibrated_hard_limits_and_says_where_they_came_from(
     assert v.outcome == "fail" and v.threshold.tier == "calibrated"
 
 
+def test_a_narrowed_calibration_says_which_checks_set_its_floors():
+    prof = load_profile("xe9680-h200")
+    limits, _ = calibrate_profile(prof, {f"n{i}": _node(seed=i) for i in range(3)})
+    doc = overlay_document(prof, limits, ["n0", "n1", "n2"], {}, "standard", "run-1",
+                           "2026-12-01T00:00:00+00:00", {}, checks=["rdma.gpudirect_bw"])
+    assert doc["checks"] == ["rdma.gpudirect_bw"]
+    assert doc["source"].endswith("level standard (rdma.gpudirect_bw only)")
+    assert "(rdma.gpudirect_bw only)" in _limit(doc["thresholds"])["provenance"]
+    # the whole level: no checks key, nothing said about a narrowing
+    whole = overlay_document(prof, limits, ["n0"], {}, "standard", "run-1", "2026-12-01", {})
+    assert "checks" not in whole and "only" not in whole["source"]
+
+
 @pytest.mark.parametrize("edit, words", [
     (lambda d: d.update(profile="xe9680-h100"), "is for profile"),
     (lambda d: d["thresholds"][0].update(value=10.0), "looser than the profile's gross"),
