@@ -12,6 +12,7 @@ limit. Anything malformed raises ProfileError with a one-line message.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from dataclasses import dataclass, field, replace
@@ -391,18 +392,34 @@ def _looser(base: Threshold, new: Threshold) -> bool:
     return new.value != base.value
 
 
+# Parsed profile files by (path, mtime, size). The controller loads a node's profile
+# several times per run (planning, the live board, each judgement) and every node of a
+# rack names the same few files: parsing them is most of a load (docs/scale.md).
+_PARSED: dict[tuple[str, int, int], Any] = {}
+
+
 def _read(name: str, directory: Path) -> dict[str, Any]:
     path = directory / f"{name}.yml"
     if not path.is_file():
         known = ", ".join(list_profiles(directory)) or "none"
         raise ProfileError(f"no profile {name!r} (known: {known})")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{path.name}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = copy.deepcopy(_parsed(path))  # a caller that edits its copy changes no other's
     if not isinstance(data, dict):
         raise ProfileError(f"{path.name}: must be a mapping")
     return data
+
+
+def _parsed(path: Path) -> Any:
+    """The file's YAML, parsed once per version of the file (an edit is read afresh)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        try:
+            _PARSED[key] = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ProfileError(f"{path.name}: not valid YAML ({str(exc).splitlines()[0]})"
+                               ) from None
+    return _PARSED[key]
 
 
 def list_profiles(directory: Path = PROFILE_DIR) -> list[str]:
@@ -457,7 +474,7 @@ def _raw_thresholds(data: dict[str, Any], directory: Path, where: str) -> list[A
         inc_path = directory / str(inc)
         if not inc_path.is_file():
             raise _err(where, f"include {inc} not found")
-        included = yaml.safe_load(inc_path.read_text()) or []
+        included = copy.deepcopy(_parsed(inc_path)) or []
         if not isinstance(included, list):
             raise _err(where, f"include {inc} must be a list of thresholds")
         raw += included

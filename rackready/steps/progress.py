@@ -32,6 +32,10 @@ GREEN, RED, YELLOW = "32", "31", "33"
 COLOURS = {"PASS": GREEN, "FAIL": RED, "ERROR": RED, "UNREACHABLE": RED,
            "N/A": YELLOW, "INCOMPLETE": YELLOW, "PARTIAL": YELLOW}
 
+# A terminal is redrawn at most this often. Every redraw writes every node's line, so a
+# redraw per event would cost the node count per event: quadratic in the rack's size.
+REDRAW_S = 0.1
+
 Judge = Callable[[dict], str]
 Segment = tuple[str, str | None]  # text, colour code (None: plain)
 
@@ -92,6 +96,8 @@ class Board:
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.drawn = False
+        self.last_draw = float("-inf")  # monotonic time of the last redraw
+        self.pending: threading.Timer | None = None  # the redraw waiting for REDRAW_S
         self.width = max(len(n) for n in self.nodes) if self.nodes else 8
 
     @property
@@ -139,6 +145,9 @@ class Board:
 
     def close(self) -> None:
         with self.lock:
+            if self.pending is not None:
+                self.pending.cancel()
+                self.pending = None
             if self.tty:
                 self._redraw()
 
@@ -157,7 +166,25 @@ class Board:
         with self.lock:
             self.segments[node] = segs
             if self.tty:
-                self._redraw()
+                self._redraw_soon()
+
+    def _redraw_soon(self) -> None:
+        """Redraw now, or REDRAW_S after the last redraw (one timer for all the changes
+        in between, so the last of them is drawn even when no other follows)."""
+        wait = self.last_draw + REDRAW_S - time.monotonic()
+        if wait <= 0:
+            self._redraw()
+        elif self.pending is None:
+            self.pending = threading.Timer(wait, self._redraw_pending)
+            self.pending.daemon = True
+            self.pending.start()
+
+    def _redraw_pending(self) -> None:
+        with self.lock:
+            if self.pending is not threading.current_thread():
+                return  # cancelled by close(), which drew the board itself
+            self.pending = None
+            self._redraw()
 
     def _render(self, node: str, limit: int | None = None) -> str:
         """The node's line, cut to `limit` visible characters, coloured where enabled."""
@@ -190,6 +217,7 @@ class Board:
             self.stream.write(f"\x1b[2K{self._render(n, cols)}\n")
         self.stream.flush()
         self.drawn = True
+        self.last_draw = time.monotonic()
 
 
 def _number(v: Any) -> float | None:

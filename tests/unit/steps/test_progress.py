@@ -230,3 +230,41 @@ def test_text_no_stream_can_write_never_breaks_the_board(encoding):
     board.finish("bad", "INCOMPLETE", "reason \ud800")
     board.close()
     assert "fetching results" in stream.buffer.getvalue().decode(encoding)
+
+
+# -- a rack's worth of nodes on a terminal -------------------------------------------------
+
+def test_a_terminal_is_redrawn_at_most_every_redraw_interval(monkeypatch):
+    """Each redraw writes every node's line: one per event made a 256-node run's board
+    quadratic (about 1 ms per event, under the lock every session thread waits on)."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    nodes = [f"gpu{i:03d}" for i in range(64)]
+    buf = Tty()
+    board = Board(nodes, stream=buf)
+    for k in range(500):
+        board.event(nodes[k % 64], {"event": "progress", "check": "gemm", "fraction": k / 500})
+    board.finish("gpu007", "PASS")
+    board.close()
+    redraws = buf.getvalue().count("\x1b[64F") + 1  # the first draw moves no cursor
+    assert redraws < 50, redraws
+    last = buf.getvalue().rsplit("\x1b[64F", 1)[-1]
+    assert "gpu007  PASS" in last and "gpu063  gemm" in last  # the end state is drawn
+
+
+def test_a_change_soon_after_a_redraw_is_drawn_without_another(monkeypatch):
+    """The last change before a quiet spell (a long check that just started) is drawn
+    once the interval has passed, not only when the next event comes."""
+    import time
+
+    from rackready.steps import progress
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    buf = Tty()
+    board = Board(["n1"], stream=buf)
+    board.update("n1", "first")
+    board.update("n1", "a long check ...")  # within the interval: not yet drawn
+    assert "a long check" not in buf.getvalue()
+    deadline = time.monotonic() + 10 * progress.REDRAW_S + 2
+    while "a long check" not in buf.getvalue() and time.monotonic() < deadline:
+        time.sleep(progress.REDRAW_S / 5)
+    assert "n1  a long check ..." in buf.getvalue()
