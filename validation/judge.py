@@ -173,6 +173,9 @@ _REMEDIATION: list[tuple[str, str]] = [
     (r"^nic\.pcie_|^nic\.(count|model)$", "reseat {c}; check it is the ordered ConnectX model "
                                          "in a Gen5 x16 slot"),
     (r"^gpu\.local_nics$", "move a NIC to the NUMA node of {c} (riser/slot plan)"),
+    (r"^launch\.", "the GPU and NIC of {c} are not wired as the profile orders: check the "
+                    "riser and slot plan against the chassis' wiring guide (a NIC on another "
+                    "GPU's PCIe switch feeds the wrong GPU), then re-run"),
     (r"^pcie\.acs", "disable ACS redirect on {c} (BIOS or setpci at boot)"),
     (r"^nvlink\.|^health\.delta\.nvlink", "reseat {c} (baseboard/NVLink bridge), re-run; RMA "
                                            "the GPU by serial if links stay down or errors rise"),

@@ -73,6 +73,14 @@ _CORE: list[Metric] = [
     _m("nic.pcie_width", "lanes", "current PCIe link width of the NIC", "higher"),
     _m("gpu.local_nics", "", "RDMA NICs on the GPU's NUMA node", "higher"),
     _m("pcie.acs_enabled", "", "ACS source validation on a bridge above a GPU/NIC", "equal"),
+    # the launch map (validation/launch_map.py): GPU <-> NIC <-> NUMA <-> CPUs per local rank
+    _m("launch.nic_path", "", "nvidia-smi topo -m path from a GPU to the compute NIC its rank "
+       "uses (PIX/PXB: same PCIe switch; PHB/NODE: same NUMA node; none)", "equal"),
+    # judged where the profile places a NIC behind every GPU's switch (nic.placement)
+    _m("launch.switch_nics", "", "compute NICs behind a GPU's own PCIe switch (PIX/PXB)",
+       "equal", judged=False),
+    _m("launch.rank_binding", "", "one local rank's GPU, NIC, NUMA node and CPUs (labels)",
+       "equal", judged=False),
     # NVLink and NVSwitch
     _m("nvlink.pair_links", "", "NVLinks bonded between two GPUs (topo -m NV#)", "equal"),
     _m("nvlink.links_up", "", "active NVLinks of a GPU", "higher"),

@@ -216,6 +216,7 @@ def inventory_thresholds(inv: dict[str, Any], prov: str) -> list[Threshold]:
         out.append(_t("ib.phys_state", "==", "LinkUp", src))
         out.append(_t("ib.rate", ">=", nic["rate_gbps"], src))
         out.append(_t("gpu.local_nics", ">=", 1, src))
+        out += _placement_thresholds(inv, src)
         out.append(_t("kernel.module_loaded", "==", True, src, {"module": "nvidia_peermem"}))
         if nic.get("pcie"):
             out.append(_t("nic.pcie_gen", ">=", nic["pcie"]["gen"], src))
@@ -230,6 +231,36 @@ def inventory_thresholds(inv: dict[str, Any], prov: str) -> list[Threshold]:
     if "kernel_cmdline" in inv:
         out.append(_t("kernel.nouveau_loaded", "==", False, src))
     return out
+
+
+# nic.placement: where the order puts the compute NICs (the launch map, pcie.launch_map)
+#   gpu-switch  one NIC behind each GPU's PCIe switch (XE9680: GPU and ConnectX-7 share a
+#               switch; topo -m PIX/PXB); a GPU with none or a NIC on the wrong switch fails
+#   numa        each GPU has a compute NIC on its own NUMA node (DL380a: fewer NICs, on
+#               the CPU's root ports; topo -m PHB/NODE is enough)
+# Absent: gpu-switch when the order has a NIC for every GPU, else numa.
+PLACEMENTS = ("gpu-switch", "numa")
+
+
+def nic_placement(inv: dict[str, Any]) -> str:
+    nic = inv.get("nic") or {}
+    gpus = int((inv.get("gpu") or {}).get("count", 0) or 0)
+    placement = nic.get("placement") or (
+        "gpu-switch" if gpus and int(nic.get("count", 0) or 0) >= gpus else "numa")
+    if placement not in PLACEMENTS:
+        raise ProfileError(f"inventory.nic.placement {placement!r} not one of "
+                           f"{', '.join(PLACEMENTS)}")
+    return str(placement)
+
+
+def _placement_thresholds(inv: dict[str, Any], src: str) -> list[Threshold]:
+    from validation.launch_map import NUMA_PATHS, SWITCH_PATHS
+
+    if nic_placement(inv) == "numa":
+        return [_t("launch.nic_path", "in", list(NUMA_PATHS), src)]
+    per_gpu = max(1, int(inv["nic"].get("count", 0)) // max(1, int(inv["gpu"]["count"])))
+    return [_t("launch.nic_path", "in", list(SWITCH_PATHS), src),
+            _t("launch.switch_nics", "==", per_gpu, src)]
 
 
 def _check_inventory(inv: Any, where: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from rackready.decide.outcome import OUTCOMES
 from rackready.decide.records import Judgement, RackStep
+from rackready.report import launch_map
 from rackready.report.loader import NodeRun, RunData
 from rackready.report.seal.canonical import empty_signoff, seal
 
@@ -184,6 +185,8 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "verdicts": _verdict_rows(j),
         "measurements": _measurements(r, list(j.get("thresholds", []))),
         "golden_loss": list(j.get("golden_loss", [])),
+        # each local rank's GPU, NIC, NUMA node and CPUs, and how to launch with them
+        "launch_map": launch_map.from_result(r),
         "fleet": fleet,
         "artifacts": _artifacts(node),
         "signoff": empty_signoff(),

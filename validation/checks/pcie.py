@@ -1,11 +1,16 @@
-"""PCIe: link generation and width of every GPU and NIC, GPU-NIC NUMA pairing, ACS."""
+"""PCIe: link generation and width of every GPU and NIC, GPU-NIC NUMA pairing, ACS, and the
+launch map (validation/launch_map.py: which NIC and CPUs each local rank uses)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
+from validation import launch_map, launch_read
 from validation.checks.common import gpu_labels, m, rdma_devices, smi
+from validation.checks.network import ibstat
 from validation.checks.registry import CheckSkipped, Context, check
+from validation.launch_map import cpulist
 from validation.model import Measurement
 from validation.probes.lspci import parse_lspci_vvv
 from validation.probes.nvidia_smi import GpuInfo, short_bus_id
@@ -78,3 +83,46 @@ def pcie_acs(ctx: Context) -> Iterator[Measurement]:
         if d.acs_ctl:
             on = d.acs_ctl.get("ReqRedir", False) or d.acs_ctl.get("CmpltRedir", False)
             yield m("pcie.acs_enabled", on, {"bridge": d.address})
+
+
+@check("pcie.launch_map", needs=("gpu", "rdma"), timeout_s=60,
+       title="launch map: each local rank's GPU, the compute NIC behind its PCIe switch "
+             "(else on its NUMA node), its NUMA node and CPU share")
+def pcie_launch_map(ctx: Context) -> Iterator[Measurement]:
+    yield from launch_measurements(launch_map_of(ctx))
+
+
+def launch_measurements(lm: launch_map.LaunchMap) -> Iterator[Measurement]:
+    """The map as measurements: one binding per rank (every part in its labels: the event
+    stream and result.json carry the map, the report's table is built from it), and the
+    two judged facts (profile nic.placement), each naming the GPU and the NIC."""
+    art = f"artifacts/{launch_read.ARTIFACT}"
+    for b in lm.ranks:
+        gpu = {"gpu": str(b.gpu), "serial": b.serial or "unknown", "bus_id": b.bus_id}
+        nic = b.nic or "none"
+        yield m("launch.rank_binding", f"GPU {b.gpu} -> {nic} ({b.path}), NUMA "
+                f"{b.numa if b.numa is not None else '-'}, CPUs {cpulist(b.cpus) or '-'}",
+                {**gpu, "rank": str(b.rank), "nic": nic, "path": b.path,
+                 "numa": "" if b.numa is None else str(b.numa), "cpus": cpulist(b.cpus),
+                 "switch_nics": "+".join(b.switch_nics), "reason": b.reason}, art)
+        # the path to the NIC this rank uses, and the compute NICs behind the GPU's own
+        # switch (a NIC on another GPU's switch shows as 0 here and 2 there)
+        yield m("launch.nic_path", b.path, {**gpu, "nic": nic}, art)
+        yield m("launch.switch_nics", len(b.switch_nics),
+                {**gpu, "nic": "+".join(b.switch_nics) or nic}, art)
+
+
+def launch_map_of(ctx: Context) -> launch_map.LaunchMap:
+    """The node's launch map, once per pass, written to artifacts/launch-map.json (the
+    workloads of the same run bind their ranks from it)."""
+    def make() -> launch_map.LaunchMap:
+        ids = {g.index: (short_bus_id(g.bus_id), g.serial or "") for g in smi(ctx).gpus}
+        compute = {ca.name for ca in ibstat(ctx)}
+        lm = launch_read.read(
+            lambda cmd: ctx.run(cmd, timeout_s=30), ctx.sysroot, compute_nics=compute,
+            gpu_ids=ids, topo_text=ctx.run(["nvidia-smi", "topo", "-m"], timeout_s=30,
+                                           artifact="nvidia-smi-topo-m.txt"))
+        ctx.artifacts.mkdir(parents=True, exist_ok=True)
+        (ctx.artifacts / launch_read.ARTIFACT).write_text(json.dumps(lm.to_dict(), indent=1))
+        return lm
+    return ctx.once("launch_map", make)

@@ -5,8 +5,10 @@ on the rail's GPU) and a client on the same host connecting to it over localhost
 data path is GPU memory -> PCIe -> ConnectX -> ConnectX loopback -> PCIe -> GPU memory,
 so it proves GPUDirect (nvidia_peermem), the NIC's PCIe link and the GPU-NIC placement;
 the cable and switch are proved by network.ports (rate, state) and the fabric's own test.
-The rail's GPU: rail i of n takes GPU i*gpus//n (HGX: one NIC per GPU in bus order), or the
-site's `rdma_gpudirect: {gpu: {mlx5_0: 0, ...}}`.
+The rail's GPU: the site's `rdma_gpudirect: {gpu: {mlx5_0: 0, ...}}`, else the GPU the
+node's launch map puts beside the NIC (pcie.launch_map: behind the same PCIe switch, else
+on its NUMA node; on a DGX-like layout NIC3 is GPU 1's), else rail i of n -> GPU
+i*gpus//n.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 
+from validation import launch_map
 from validation.checks.common import m, smi
 from validation.checks.network import ibstat
 from validation.checks.registry import CheckSkipped, CommandFailed, Context, check
@@ -41,6 +44,23 @@ def _cmd(ca: str, gpu: int, port: int, duration: int, gid: int | None) -> list[s
     return cmd + (["-x", str(gid)] if gid is not None else [])
 
 
+def rail_gpu(lmap: launch_map.LaunchMap | None, nic: str, i: int, ngpu: int, nrails: int
+             ) -> int:
+    """The GPU whose buffer rail `nic` moves: the one the launch map puts beside that NIC
+    (behind its PCIe switch, else on its NUMA node), else rail i of n -> GPU i*gpus//n."""
+    b = lmap.for_nic(nic) if lmap is not None else None
+    return b.gpu if b is not None else i * ngpu // nrails
+
+
+def _launch_map(ctx: Context) -> launch_map.LaunchMap | None:
+    from validation.checks.pcie import launch_map_of
+
+    try:
+        return launch_map_of(ctx)
+    except Exception:  # noqa: BLE001  no map (no topo -m): the bus-order fallback
+        return None
+
+
 @check("rdma.gpudirect_bw", needs=("gpu", "rdma"), levels=("standard", "burnin"),
        timeout_s=1800, title="GPUDirect RDMA write bandwidth per compute ConnectX rail "
                              "(perftest ib_write_bw --use_cuda, loopback on the node)")
@@ -50,8 +70,9 @@ def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:
     chosen = dict((ctx.site.get("rdma_gpudirect") or {}).get("gpu") or {})
     duration = int((ctx.site.get("rdma_gpudirect") or {}).get("duration_s",
                                                                DURATION_S.get(ctx.level, 5)))
+    lmap = _launch_map(ctx)
     for i, ca in enumerate(cas):
-        gpu = int(chosen.get(ca.name, i * ngpu // len(cas)))
+        gpu = int(chosen.get(ca.name, rail_gpu(lmap, ca.name, i, ngpu, len(cas))))
         roce = any(p.link_layer == "Ethernet" for p in ca.ports)
         cmd = _cmd(ca.name, gpu, BASE_PORT + i, duration, gid_index(ctx.site) if roce else None)
         name = f"ib_write_bw-{ca.name}.txt"

@@ -134,15 +134,17 @@ def _run(
                  else max(120.0, expect_s * 2 + 120))
     nvls = nvls_enabled(getattr(ctx.profile, "nvls", False), ctx.site)
     argv = ["--device", _device(ctx), *args]
+    lmap = _launch_map(ctx)
     try:
         if ctx.cache.get("workloads.use_group"):
-            ms, log = _group(ctx, n, nvls).run(
+            ms, log = _group(ctx, n, nvls, lmap).run(
                 module, argv, out, timeout_s, progress=lambda f, eta: ctx.progress(f, eta, module),
                 expect_s=expect_s, label=ctx.current_check or module)
         else:
             ms, log = run_workload(
                 module, n, argv, out, timeout_s=timeout_s,
-                progress=lambda f, eta: ctx.progress(f, eta, module), expect_s=expect_s, nvls=nvls)
+                progress=lambda f, eta: ctx.progress(f, eta, module), expect_s=expect_s, nvls=nvls,
+                launch_map=lmap)
     except WorkloadTimedOut as e:
         raise procs.TimedOut(str(e)) from None
     except WorkloadFailed as e:
@@ -154,7 +156,24 @@ def _run(
 KILL_MARGIN_S = 10.0
 
 
-def _group(ctx: Context, nproc: int, nvls: bool) -> WorkerGroup:
+def _launch_map(ctx: Context) -> Path | None:
+    """The node's launch map for the workers to bind to (pcie.launch_map's artifact, made
+    here where that check did not run, e.g. under --only); None where the node cannot give
+    one (no topo -m, no RDMA NIC: a VM slice), and the workers then run unbound."""
+    from validation.checks.pcie import launch_map_of
+    from validation.launch_read import ARTIFACT
+
+    def make() -> Path | None:
+        try:
+            launch_map_of(ctx)
+        except Exception as e:  # noqa: BLE001  no map is no binding, never a failure here
+            print(f"launch map: not available ({e}); workers run unbound", file=sys.stderr)
+            return None
+        return ctx.artifacts / ARTIFACT
+    return ctx.once("workloads.launch_map", make)
+
+
+def _group(ctx: Context, nproc: int, nvls: bool, lmap: Path | None = None) -> WorkerGroup:
     """The run's worker group (the runner closes it at the end of the run)."""
     g = ctx.cache.get("workloads.group")
     if g is not None and not g.matches(nproc, _device(ctx), nvls):
@@ -163,7 +182,7 @@ def _group(ctx: Context, nproc: int, nvls: bool) -> WorkerGroup:
         g.close()
         g = None
     if g is None:
-        g = WorkerGroup(nproc, _device(ctx), ctx.out / "worker-group", nvls)
+        g = WorkerGroup(nproc, _device(ctx), ctx.out / "worker-group", nvls, lmap)
         ctx.cache["workloads.group"] = g
     return g
 

@@ -243,27 +243,47 @@ def parse_query_csv(text: str) -> list[dict[str, str | None]]:
 @dataclass(frozen=True)
 class Topology:
     gpus: tuple[str, ...]  # "GPU0", ...
-    matrix: dict[tuple[str, str], str]  # (GPU0, GPU1) -> "NV18" / "SYS" / ...
+    matrix: dict[tuple[str, str], str]  # (GPU0, GPU1) -> "NV18"; (GPU0, NIC3) -> "PXB"; ...
     numa: dict[str, str | None]  # GPU0 -> NUMA affinity
+    # NIC columns in header order ("NIC0", ...) and their RDMA device names from the
+    # "NIC Legend" ("NIC3" -> "mlx5_3"); older drivers head the columns with the device
+    # name itself ("mlx5_0"), which then maps to itself
+    nics: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: dict[str, str | None] = field(default_factory=dict)  # GPU0 -> "0-55,112-167"
+
+
+# Device columns: GPUn, NICn, or (drivers before the NIC legend) the RDMA name itself.
+_TOPO_DEVICE = re.compile(r"(GPU|NIC)\d+|mlx\d+_\w+")
+
+
+def _topo_cells(line: str) -> list[str]:
+    """One matrix line's cells. nvidia-smi separates them with tabs; a capture pasted
+    into an issue or a web page often has them turned into runs of spaces (a cell such
+    as "CPU Affinity" has single spaces inside, so two or more spaces separate)."""
+    sep = "\t" if "\t" in line else r" {2,}"
+    return [c.strip() for c in re.split(sep, line) if c.strip()]
 
 
 def parse_topo(text: str) -> Topology:
-    """Parse `nvidia-smi topo -m` (GPU rows; NIC rows and the legend are skipped)."""
+    """Parse `nvidia-smi topo -m`: the GPU rows (NIC rows repeat the GPU-NIC cells),
+    each GPU's CPU and NUMA affinity, and the NIC legend."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the header is printed underlined
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         raise ParseError("topo -m: empty")
-    cols = lines[0].split("\t")
-    cols = [c.strip() for c in cols if c.strip()]
-    devices = [c for c in cols if re.fullmatch(r"(GPU|NIC)\d+", c)]
-    if not devices:
+    cols = _topo_cells(lines[0])
+    devices = [c for c in cols if _TOPO_DEVICE.fullmatch(c)]
+    if not any(d.startswith("GPU") for d in devices):
         raise ParseError("topo -m: no GPU columns in the header")
-    numa_col = cols.index("NUMA Affinity") if "NUMA Affinity" in cols else None
+    extra = cols[len(devices):]  # "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"
+    legend = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", text, re.M))
+    nics = {d: legend.get(d, d) for d in devices if not d.startswith("GPU")}
     matrix: dict[tuple[str, str], str] = {}
     numa: dict[str, str | None] = {}
+    cpus: dict[str, str | None] = {}
     gpus = []
     for ln in lines[1:]:
-        parts = [p.strip() for p in ln.split("\t")]
+        parts = _topo_cells(ln)
         if not parts or not re.fullmatch(r"GPU\d+", parts[0]):
             continue
         row, cells = parts[0], parts[1:]
@@ -271,9 +291,12 @@ def parse_topo(text: str) -> Topology:
         for dev, cell in zip(devices, cells, strict=False):
             if dev != row:
                 matrix[(row, dev)] = cell
-        if numa_col is not None and numa_col < len(cells):
-            numa[row] = _na(cells[numa_col])
-    return Topology(gpus=tuple(gpus), matrix=matrix, numa=numa)
+        rest = dict(zip(extra, cells[len(devices):], strict=False))
+        if "NUMA Affinity" in rest:
+            numa[row] = _na(rest["NUMA Affinity"])
+        if "CPU Affinity" in rest:
+            cpus[row] = _na(rest["CPU Affinity"])
+    return Topology(gpus=tuple(gpus), matrix=matrix, numa=numa, nics=nics, cpu_affinity=cpus)
 
 
 def nv_links(cell: str) -> int:

@@ -27,6 +27,9 @@ class Dist:
     world: int
     local_rank: int
     device: torch.device
+    # the launch map's binding this rank runs under (validation.workloads.binding);
+    # None where the run has no map
+    binding: dict[str, Any] | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -62,21 +65,33 @@ def adopt_group() -> None:
     _group_owned = True
 
 
-def init(device: str) -> Dist:
-    global pg_inits
+# The worker group's binding, applied once by its init (each job's init sees it here).
+_bound: dict[str, Any] | None = None
+
+
+def init(device: str, gpu: int | None = None) -> Dist:
+    """The process group, and this rank bound to its place in the launch map before CUDA
+    starts (validation.workloads.binding). gpu: the CUDA device to drive where it is not
+    the local rank (the rack step: rail r's GPU is the one beside rail r's NIC)."""
+    global pg_inits, _bound
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    index = local_rank if gpu is None else gpu
     if dist.is_initialized():  # the worker group's: same ranks, device already set
         want = "nccl" if device == "cuda" else "gloo"
         if dist.get_backend() != want:
             raise UsageError(f"--device {device} in a worker group formed for {dist.get_backend()}")
-        dev = torch.device("cuda", local_rank) if device == "cuda" else torch.device("cpu")
-        return Dist(dist.get_rank(), dist.get_world_size(), local_rank, dev)
+        dev = torch.device("cuda", index) if device == "cuda" else torch.device("cpu")
+        return Dist(dist.get_rank(), dist.get_world_size(), local_rank, dev, _bound)
+    if gpu is None:  # a caller with its own GPU choice binds itself (rack_nccl)
+        from validation.workloads import binding
+
+        _bound = binding.apply(local_rank)
     if device == "cuda":
         if not torch.cuda.is_available():
             raise UsageError("--device cuda but torch sees no GPU")
-        dev = torch.device("cuda", local_rank)
+        dev = torch.device("cuda", index)
         torch.cuda.set_device(dev)
         backend = "nccl"
     else:
@@ -89,7 +104,21 @@ def init(device: str) -> Dist:
         kwargs["device_id"] = dev
     dist.init_process_group(**kwargs)
     pg_inits += 1
-    return Dist(rank, world, local_rank, dev)
+    return Dist(rank, world, local_rank, dev, _bound)
+
+
+def emit_binding(sink: Sink, d: Dist) -> None:
+    """This rank's binding as a measurement (launch.rank_binding, informational): the
+    workload's result says which GPU, NIC and CPUs each rank ran on."""
+    b = d.binding
+    if b is None:
+        return
+    sink.emit("launch.rank_binding",
+              f"GPU {b['gpu']} -> {b['nic'] or 'none'} ({b['path']}), CPUs {b['cpus'] or '-'}"
+              + ("" if b["cpus_applied"] else " (CPUs not bound)"), "",
+              rank=d.rank, local_rank=d.local_rank, gpu=b["gpu"], nic=b["nic"] or "none",
+              path=b["path"], numa=b["numa"], cpus=b["cpus"],
+              cpus_applied=b["cpus_applied"], note=b["note"])
 
 
 def _free_port() -> int:

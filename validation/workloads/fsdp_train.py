@@ -46,6 +46,7 @@ from validation.workloads.common import (
     Sink,
     UsageError,
     base_parser,
+    emit_binding,
     exit_process,
     finish,
     init,
@@ -262,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     d = init(a.device)
     sink = Sink(a.out, "fsdp_train", d.rank)
+    emit_binding(sink, d)  # which GPU, NIC and CPUs this rank trains on
     model, opt = build(d, a, a.seed)
     shape = SHAPES[a.shape]
     losses: dict[int, float] = {}

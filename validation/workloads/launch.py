@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from validation import procs
+from validation import launch_read, procs
 from validation.model import Measurement
 from validation.workloads.common_env import nvls_env
 
@@ -61,13 +61,16 @@ def run_workload(
     expect_s: float = 0.0,
     rdzv: list[str] | None = None,
     nvls: bool = False,
+    launch_map: Path | None = None,
 ) -> tuple[list[Measurement], Path]:
     """Run `module` on nproc processes writing into out; returns its measurements and log.
 
-    nvls: NVLink multicast for NCCL, set explicitly (validation.workloads.common_env)."""
+    nvls: NVLink multicast for NCCL, set explicitly (validation.workloads.common_env);
+    launch_map: the node's map (pcie.launch_map's artifact): each rank binds to its GPU,
+    NIC and CPUs (validation.workloads.binding)."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{module}.log"
-    env = _env(nvls)
+    env = _env(nvls, launch_map)
     cmd = torchrun_cmd(module, nproc, [*args, "--out", str(out)], rdzv)
     t0 = time.monotonic()
     with log.open("w") as fh:
@@ -98,8 +101,11 @@ def run_workload(
     return read_measurements(out, module), log
 
 
-def _env(nvls: bool) -> dict[str, str]:
+def _env(nvls: bool, launch_map: Path | None = None) -> dict[str, str]:
     env = {**os.environ, **nvls_env(nvls), "PYTHONUNBUFFERED": "1"}
+    env.pop(launch_read.ENV, None)  # only the map this run measured, never an inherited one
+    if launch_map is not None:
+        env[launch_read.ENV] = str(launch_map)
     root = str(Path(__file__).resolve().parents[2])  # the bundle root, so -m finds validation
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
@@ -121,8 +127,10 @@ class WorkerGroup:
     A workload that fails ends the group too (its ranks may be out of step), but that is a
     failure, not a hang: the next workload starts a fresh group."""
 
-    def __init__(self, nproc: int, device: str, workdir: Path, nvls: bool = False) -> None:
+    def __init__(self, nproc: int, device: str, workdir: Path, nvls: bool = False,
+                 launch_map: Path | None = None) -> None:
         self.nproc, self.device, self.nvls = nproc, device, nvls
+        self.launch_map = launch_map  # each rank binds to it once, at the group's start
         self.workdir = workdir
         self.killed_after: str | None = None
         self.launches = 0
@@ -144,8 +152,8 @@ class WorkerGroup:
         fh = self._log.open("a")
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_env(self.nvls),
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                env=_env(self.nvls, self.launch_map), start_new_session=True)
         fh.close()
         procs.register(proc.pid, "worker group", on_kill=self._killed)
         return proc

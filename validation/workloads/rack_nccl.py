@@ -6,8 +6,10 @@ rendezvous on the first:
     torchrun --nnodes N --nproc-per-node R --rdzv-backend c10d --rdzv-endpoint H:P \
         -m validation.workloads.rack_nccl --name NODE --rails BDF,BDF,... --out DIR
 
-Real nodes (--device cuda): one process per rail (local rank r drives GPU r and only
-rail r's NIC: NCCL_IB_HCA=<nic>), NCCL over IB/RoCE. Pairs run in rounds (the circle
+Real nodes (--device cuda): one process per rail (local rank r drives only rail r's NIC,
+NCCL_IB_HCA=<nic>, from the GPU beside that NIC and with that GPU's CPUs, as the node's
+launch map says: validation/launch_map.py; GPU r where no map can be read), NCCL over
+IB/RoCE. Pairs run in rounds (the circle
 method: n-1 rounds of disjoint pairs, so O(n) rounds cover every pair); in a round
 every rail of every pair sends and receives at once.
 
@@ -27,12 +29,14 @@ import functools
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from validation.launch_map import RankBinding, cpulist
 from validation.workloads.busbw import algbw_gbps, busbw_factor
 from validation.workloads.common import (
     Dist,
@@ -121,6 +125,29 @@ def slowdown(ra: dict[str, Any], rb: dict[str, Any], line_rate: float) -> int:
     if not rates or min(rates) >= line_rate:
         return 1
     return min(MAX_SLOWDOWN, math.ceil(line_rate / min(rates)))
+
+
+def rail_binding(nic: str, sysroot: Path, table: list[dict[str, Any]]) -> RankBinding | None:
+    """Rail `nic`'s place in this node's launch map (the GPU beside the NIC, its CPUs),
+    applied to this process; None where the map cannot be read (GPU r drives rail r)."""
+    from validation import launch_read
+    from validation.workloads import binding
+
+    def run(cmd: list[str]) -> str:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=True)
+        return done.stdout
+
+    try:
+        lmap = launch_read.read(run, sysroot,
+                                compute_nics={r["nic"] for r in table if r["nic"]})
+    except Exception as e:  # noqa: BLE001  no map: the rail runs as before, said in the log
+        print(f"launch map: not available ({e}); rail {nic} runs on GPU LOCAL_RANK",
+              file=sys.stderr)
+        return None
+    b = lmap.for_nic(nic)
+    if b is not None:
+        binding.apply(b.rank, binding=b)
+    return b
 
 
 def _ibstat() -> str:
@@ -236,19 +263,26 @@ def main(argv: list[str] | None = None) -> int:
     rails = [r for r in a.rails.split(",") if r]
     table = rail_table(rails, a.sysroot, _ibstat())
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    bound = None
     if a.device == "cuda" and local < len(table) and table[local]["nic"]:
-        # this process drives only its own rail's NIC (exact name, port 1)
+        # this process drives only its own rail's NIC (exact name, port 1), from the GPU
+        # beside that NIC and that GPU's CPUs (the launch map); without a map, GPU r
+        bound = rail_binding(table[local]["nic"], a.sysroot, table)
         os.environ["NCCL_IB_HCA"] = f"={table[local]['nic']}:1"
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if a.simulated_rails and per_node != 1:
         raise UsageError("--simulated-rails runs one process per node (--nproc-per-node 1)")
-    d = init(a.device)
+    d = init(a.device, gpu=bound.gpu if bound else local)
     if d.world % per_node:
         raise UsageError(f"world {d.world} is not a multiple of {per_node} processes per node")
     info: list[Any] = [None] * d.world
     dist.all_gather_object(info, {"node": a.name, "rails": table})
     nodes = [i["node"] for i in info[::per_node]]
     sink = Sink(a.out, "rack_nccl", d.rank)
+    if bound is not None:  # kept in the rack step's output: which GPU and CPUs drove the rail
+        sink.emit("rack.binding", bound.gpu, "", node=a.name, rail=local,
+                  nic=table[local]["nic"], gpu=bound.gpu, path=bound.path,
+                  cpus=cpulist(bound.cpus))
     all_reduce_step(d, sink, _size(a.allreduce_size), nodes, a.warmup, a.iters, a.repeats)
     pairwise_step(d, sink, info, per_node, _size(a.pair_size), a.simulated_rails,
                   a.line_rate_gbps, a.warmup, a.iters, a.repeats)

@@ -30,6 +30,11 @@ def node_suite(doc: dict[str, Any]) -> ET.Element:
         ET.SubElement(props, "property", name=k, value=str(doc.get(k)))
     for k, v in (doc.get("limits") or {}).items():  # what the verdicts rest on
         ET.SubElement(props, "property", name=f"limits_{k}", value=str(v))
+    lm = doc.get("launch_map")
+    if lm:  # the launch map, one property: rank:GPU/NIC/NUMA/CPUs; ...
+        ET.SubElement(props, "property", name="launch_map", value="; ".join(
+            f"{r['rank']}:GPU{r['gpu']}/{r['nic'] or 'none'}/NUMA{r['numa'] or '-'}/"
+            f"{r['cpus'] or '-'}" for r in lm["ranks"]))
     for k in ("name", "date", "algorithm", "key_fingerprint"):  # docs/signing.md
         ET.SubElement(props, "property", name=f"signoff_{k}",
                       value=str(doc["signoff"].get(k) or ""))

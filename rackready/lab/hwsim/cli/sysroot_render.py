@@ -126,6 +126,22 @@ def _infiniband(state: dict[str, Any], root: Path) -> None:
             _write(base / "ports/1/counters" / name, f"{value}\n")
 
 
+def _numa(state: dict[str, Any], root: Path) -> None:
+    """/sys/devices/system/node/node<N>/cpulist (what numactl -H reads) and the
+    thread_siblings_list of each node's first CPU (the launch map reads how many threads a
+    core has there). Siblings follow the state's numbering (state._cpus): the first thread
+    of every core of a socket, then the second, so CPU k's sibling is k + its core count.
+    Only the first CPU's file is written: a re-render writes the sysroot again on every
+    simulated tool call, and nothing reads the others."""
+    for node in state.get("cpu", {}).get("numa", []):
+        _write(root / f"sys/devices/system/node/node{node['node']}/cpulist", node["cpus"] + "\n")
+        runs = [part.split("-") for part in node["cpus"].split(",")]
+        first = runs[0][0]
+        sibling = f"{first},{runs[1][0]}" if len(runs) == 2 else first
+        _write(root / f"sys/devices/system/cpu/cpu{first}/topology/thread_siblings_list",
+               sibling + "\n")
+
+
 # aer_dev_* of a 6.1 kernel (drivers/pci/pcie/aer.c: aer_correctable_error_string,
 # aer_uncorrectable_error_string, then the TOTAL_ERR_* line of aer_stats_dev_attr)
 AER_NAMES = {
@@ -204,6 +220,7 @@ def render_sysroot(state: dict[str, Any], root: Path) -> None:
             for fname, text in aer_files(dev["aer"]).items():
                 _write(base / fname, text)
     _infiniband(state, root)
+    _numa(state, root)
     _efi(state, root)
     render_host(state, root)  # SMBIOS table, EDAC
     _write(root / "var/log/kern.log", _kern_log(state))
