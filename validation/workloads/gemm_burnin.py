@@ -286,7 +286,7 @@ def _burn(
             "i": i,
             "t_s": round(seg.clock0 + h0 - seg.t0, 3),
             "dur_s": round(h1 - h0, 4),
-            "tflops": round(flop * iters / secs / 1e12, 4),
+            "tflops": _rate(flop * iters / secs / 1e12),
             "steady": h0 >= ramp_end,
             "plan_intervals": intervals,
             "nominal_s": round(iters * per, 4),
@@ -350,15 +350,21 @@ def series_points(records: list[Record], most: int = SERIES_POINTS) -> list[Reco
     return out
 
 
+def _rate(tflops: float) -> float:
+    """Five significant digits: a GPU's hundreds of TFLOP/s keep two decimals, and a CPU
+    without fast bf16 (a lab controller: a few GFLOP/s) does not round to zero."""
+    return float(f"{tflops:.5g}")
+
+
 def _report(
     sink: Sink, sampler: Sampler | None, g: int, dtype: str, n: int, records: list[Record]
 ) -> None:
     """Measurements of the whole window of one dtype: earlier segments and this one."""
     summ = burnin_log.summarize(records)
-    sink.emit("gemm.tflops", round(summ["tflops"], 2), "TFLOP/s", gpu=g, dtype=dtype, n=n)
+    sink.emit("gemm.tflops", _rate(summ["tflops"]), "TFLOP/s", gpu=g, dtype=dtype, n=n)
     for r in series_points(records):
         ts = round(float(r["t_s"]), 2)
-        sink.emit("gemm.interval_tflops", round(r["tflops"], 2), "TFLOP/s", gpu=g, dtype=dtype,
+        sink.emit("gemm.interval_tflops", _rate(r["tflops"]), "TFLOP/s", gpu=g, dtype=dtype,
                   t_s=ts)
         if r.get("power_w") is None:
             continue
