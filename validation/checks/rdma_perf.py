@@ -16,6 +16,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from validation import launch_map
 from validation.checks.common import m, smi
@@ -27,6 +28,32 @@ from validation.probes.perftest import parse_bw
 BASE_PORT = 18515  # perftest's default port; one per rail so no two runs collide
 SIZE = 8 << 20  # 8 MiB messages: bandwidth-bound, past the latency knee
 DURATION_S = {"standard": 5, "burnin": 30}
+LISTEN_WAIT_S = 0.5  # the most a client waits for its server to listen
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def listening(port: int, tables: tuple[str, ...] = TCP_TABLES) -> bool:
+    """Whether a TCP socket listens on port (the kernel's tables: nothing connects to it,
+    so perftest's server, which serves one client, is left alone)."""
+    for table in tables:
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN
+            if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(f":{port:04X}"):
+                return True
+    return False
+
+
+def await_server(server: subprocess.Popen[str], port: int, limit_s: float = LISTEN_WAIT_S,
+                 poll_s: float = 0.02) -> None:
+    """Wait until the server listens on port or has exited, at most limit_s."""
+    deadline = time.monotonic() + limit_s
+    while server.poll() is None and not listening(port) and time.monotonic() < deadline:
+        time.sleep(poll_s)
 
 
 def gid_index(site: dict) -> int:
@@ -82,7 +109,7 @@ def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:
         except FileNotFoundError:
             raise CheckSkipped("ib_write_bw not found on this node (perftest)") from None
         try:
-            time.sleep(0.5)  # the server listens before the client connects
+            await_server(server, BASE_PORT + i)  # it listens before the client connects
             try:
                 text = ctx.run(cmd + ["localhost"], timeout_s=duration + 60, artifact=name)
             except CommandFailed as e:

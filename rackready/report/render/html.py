@@ -13,7 +13,6 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from markupsafe import Markup
 
 from rackready.report import naming
-from rackready.report.render import plots
 from rackready.report.views import figures, page
 from rackready.report.views import rack as rack_view
 from rackready.report.views import tables as view_tables
@@ -42,6 +41,10 @@ def _env() -> Environment:
 
 
 def _figures(figs: list[figures.Figure]) -> list[dict[str, Any]]:
+    # matplotlib is imported when a figure is drawn, not by every command that imports
+    # the reports (a second and more of each `invoke` startup)
+    from rackready.report.render import plots
+
     out = []
     for f in figs:
         svg = plots.render(f)

@@ -105,3 +105,42 @@ def test_controller_update_waits_for_a_node_tool_holding_the_lock(tmp_path, monk
     saved = json.loads((tmp_path / STATE_REL).read_text())
     assert saved["faults"][-1]["kind"] == "marker"
     assert saved["services"]["nvidia-fabricmanager"]["running"] is False
+
+
+def _tree(root) -> dict[str, str]:
+    """Every file's text and every link's target under a sysroot's proc and sys."""
+    import os
+
+    out = {}
+    for top in ("proc", "sys"):
+        for path in sorted((root / top).rglob("*")):
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "-> " + os.readlink(path)
+            elif path.is_dir():
+                out[rel] = "/"
+            else:
+                out[rel] = path.read_bytes().hex()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["aer-storm", "link-flap"])
+def test_a_ticking_fault_renders_in_place_as_a_fresh_render_would(tmp_path, monkeypatch, kind):
+    # each stand-in tool call raises the fault's counters and renders the sysroot in place
+    # (only the files whose text changed rewritten): the tree is the one a fresh render of
+    # the same state writes
+    from rackready.lab.hwsim.cli.common import advance_faults
+    from rackready.lab.hwsim.cli.sysroot_render import render_sysroot
+    from rackready.lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
+
+    state = apply_fault(build_state("xe9680-h200", "gpu01", "roce", provisioned=True), kind)
+    write_node_state(state, tmp_path / "node")
+    monkeypatch.setenv("HWSIM_STATE", str(tmp_path / "node" / STATE_REL))
+    before = _tree(tmp_path / "node" / ROOT_REL)
+    for _ in range(3):
+        advance_faults()
+    ticked = json.loads((tmp_path / "node" / STATE_REL).read_text())
+    render_sysroot(ticked, tmp_path / "fresh")
+    after = _tree(tmp_path / "node" / ROOT_REL)
+    assert after == _tree(tmp_path / "fresh")
+    assert after != before  # the counters did rise

@@ -239,3 +239,32 @@ def test_nccl_tests_nvlink_down_halves_busbw_and_fails(tmp_path: Path) -> None:
     proc, result = _nccl_run(tmp_path, st)
     bad = [v for v in _verdicts(result, "nccl.busbw") if v["outcome"] == "fail"]
     assert bad and proc.returncode == 1 and result["outcome"] == "FAIL"
+
+
+def test_the_client_waits_for_its_server_to_listen_or_exit_not_a_fixed_time() -> None:
+    """rdma.gpudirect_bw starts each rail's client once the server listens (the kernel's
+    TCP table, nothing connects) or has exited (hwsim's answers at once), at most 0.5 s."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from validation.checks.rdma_perf import LISTEN_WAIT_S, await_server, listening
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert not listening(port)  # bound, not listening
+        s.listen(1)
+        assert listening(port)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], text=True)
+    try:
+        start = time.monotonic()
+        await_server(sleeper, port)  # neither listening nor exited: the whole wait
+        assert time.monotonic() - start >= LISTEN_WAIT_S
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    start = time.monotonic()
+    await_server(sleeper, port, limit_s=30)  # exited: no wait
+    assert time.monotonic() - start < 5

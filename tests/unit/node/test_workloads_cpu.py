@@ -133,31 +133,31 @@ def test_bad_flag_is_one_line_and_nonzero(tmp_path):
     assert "[rank0]: Traceback" not in (tmp_path / "collectives.log").read_text()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("numpy") is None,
-    reason="torch.distributed.checkpoint needs numpy (object collectives); not in the venv",
-)
-def test_fsdp_checkpoint_roundtrip_bitwise_and_loss_falls(tmp_path):
-    got = _run(
-        "fsdp_train",
-        tmp_path / "o",
-        "--shape",
-        "tiny",
-        "--seq",
-        "128",
-        "--batch",
-        "2",
-        "--steps",
-        "10",
-        "--ckpt-step",
-        "5",
-        "--ckpt-dir",
-        str(tmp_path / "ck"),
-        "--lr",
-        "3e-3",
-        "--peak-tflops",
-        "1",
-    )
+NO_NUMPY = importlib.util.find_spec("numpy") is None
+NUMPY_REASON = ("torch.distributed.checkpoint needs numpy (object collectives); "
+                "not in the venv")
+
+
+def _fsdp_roundtrip(tmp: Path) -> dict[str, list]:
+    """The checkpoint round-trip run: 10 steps, saved at step 5 and resumed from it."""
+    return _run("fsdp_train", tmp / "o", "--shape", "tiny", "--seq", "128", "--batch", "2",
+                "--steps", "10", "--ckpt-step", "5", "--ckpt-dir", str(tmp / "ck"),
+                "--lr", "3e-3", "--peak-tflops", "1")
+
+
+@pytest.fixture(scope="module")
+def fsdp_roundtrip(tmp_path_factory) -> tuple[dict[str, list], Path]:
+    """One round-trip run for the module (the round-trip test and the same-seed test's
+    first run): (measurements, its checkpoint folder)."""
+    if NO_NUMPY:
+        pytest.skip(NUMPY_REASON)
+    tmp = tmp_path_factory.mktemp("fsdp-roundtrip")
+    return _fsdp_roundtrip(tmp), tmp / "ck"
+
+
+@pytest.mark.skipif(NO_NUMPY, reason=NUMPY_REASON)
+def test_fsdp_checkpoint_roundtrip_bitwise_and_loss_falls(fsdp_roundtrip):
+    got, ckpt = fsdp_roundtrip
     loss = {int(m.labels["step"]): m.value for m in got["fsdp.loss"]}
     assert sorted(loss) == list(range(1, 11))
     assert loss[10] < loss[1] - 0.5  # the data is learnable: the curve must fall
@@ -165,13 +165,15 @@ def test_fsdp_checkpoint_roundtrip_bitwise_and_loss_falls(tmp_path):
     resumed = {int(m.labels["step"]): m.value for m in got["fsdp.resumed_loss"]}
     assert resumed == {s: loss[s] for s in range(6, 11)}
     assert got["fsdp.mfu"][0].value > 0
-    assert not (tmp_path / "ck").exists() or not any((tmp_path / "ck").iterdir())
+    assert not ckpt.exists() or not any(ckpt.iterdir())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="see the round-trip test")
-def test_fsdp_same_seed_same_curve(tmp_path):
-    a = _run("fsdp_train", tmp_path / "a", "--shape", "tiny", "--seq", "64", "--steps", "3")
-    b = _run("fsdp_train", tmp_path / "b", "--shape", "tiny", "--seq", "64", "--steps", "3")
+@pytest.mark.skipif(NO_NUMPY, reason="see the round-trip test")
+def test_fsdp_same_seed_same_curve(tmp_path, fsdp_roundtrip):
+    # a second run of the round-trip's configuration, in its own folders
+    a, _ = fsdp_roundtrip
+    b = _fsdp_roundtrip(tmp_path)
+    assert len(a["fsdp.loss"]) == 10
     assert [m.value for m in a["fsdp.loss"]] == [m.value for m in b["fsdp.loss"]]
 
 

@@ -65,18 +65,19 @@ def load_state() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def locked_state() -> Iterator[dict[str, Any]]:
-    """Read-modify-write of state.json; the sysroot is re-rendered on exit."""
+def locked_state(prune: bool = True) -> Iterator[dict[str, Any]]:
+    """Read-modify-write of state.json; the sysroot is re-rendered on exit (prune: as
+    save_state)."""
     path = state_path()
     lock_path = path.with_name(path.name + ".lock")
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = load_state()
         yield state
-        save_state(state)
+        save_state(state, prune)
 
 
-def save_state(state: dict[str, Any]) -> None:
+def save_state(state: dict[str, Any], prune: bool = True) -> None:
     from . import sysroot_render  # local import: keeps read-only tools light
 
     path = state_path()
@@ -85,7 +86,7 @@ def save_state(state: dict[str, Any]) -> None:
     os.replace(tmp, path)
     root = sysroot_path()
     if root.is_dir():
-        sysroot_render.render_sysroot(state, root)
+        sysroot_render.render_sysroot(state, root, prune)
 
 
 def advance_faults() -> None:
@@ -98,7 +99,8 @@ def advance_faults() -> None:
             return
     except ToolError:
         return  # no state: the tool itself says so
-    with locked_state() as state:
+    # ticks only raise counters: nothing the sysroot shows goes, so it is rendered in place
+    with locked_state(prune=False) as state:
         for fault in state.get("faults", []):
             for tick in fault.get("ticks", []):
                 *parents, leaf = tick["path"]

@@ -54,7 +54,7 @@ def _edac(state: dict[str, Any], root: Path) -> None:
                  "ce_noinfo_count": 0, "ue_noinfo_count": 0,
                  "size_mb": sum(d["size_mib"] for d in fitted)}
         for name, value in files.items():
-            _write(mcd / name, f"{value}\n")
+            write_file(mcd / name, f"{value}\n")
         for d in fitted:  # EDAC lists only the DIMMs it found
             dd = mcd / f"dimm{d['mc_slot']}"
             for name, value in {"dimm_label": d["locator"],  # as edac-utils labels set it
@@ -62,7 +62,7 @@ def _edac(state: dict[str, Any], root: Path) -> None:
                                                  f"{d['mc_slot'] % 2}",
                                 "size": d["size_mib"], "dimm_mem_type": "Registered-DDR5",
                                 "dimm_ce_count": d["ce"], "dimm_ue_count": d["ue"]}.items():
-                _write(dd / name, f"{value}\n")
+                write_file(dd / name, f"{value}\n")
 
 
 def kern_lines(state: dict[str, Any], node: str) -> list[str]:
@@ -88,8 +88,14 @@ def kern_lines(state: dict[str, Any], node: str) -> list[str]:
     return lines
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_file(path: Path, text: str) -> None:
+    """Write a simulated file; one that already holds text is left as it is (a tree
+    re-rendered in place rewrites only what changed)."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:  # not there yet (or not a file: writing says why)
+        path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from .common import SPEED_OF_GEN, present, read_capture
 from .host_render import kern_lines, render_host
+from .host_render import write_file as _write
 from .pci import pci_devices
 
 # name -> (size, users); sizes as a 6.1 kernel reports them, to look plausible.
@@ -167,11 +168,6 @@ def aer_files(aer: dict[str, dict[str, int]]) -> dict[str, str]:
     return out
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
 # The UEFI global variable a kernel exposes as efivarfs: 4 attribute bytes
 # (NV+BS+RT = 0x06) then the value (1 = Secure Boot on), what mokutil reads.
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
@@ -186,10 +182,12 @@ def _efi(state: dict[str, Any], root: Path) -> None:
     var.write_bytes(b"\x06\x00\x00\x00" + (b"\x01" if sb.get("enabled") else b"\x00"))
 
 
-def render_sysroot(state: dict[str, Any], root: Path) -> None:
-    """(Re)write every simulated file under root; stale entries are removed first."""
+def render_sysroot(state: dict[str, Any], root: Path, prune: bool = True) -> None:
+    """(Re)write every simulated file under root; stale entries are removed first.
+    prune=False: a state that only added to what it had (a fault's ticks raising its
+    counters) is rendered in place, only the files whose text changed rewritten."""
     root = Path(root)
-    for managed in ("proc", "sys"):
+    for managed in ("proc", "sys") if prune else ():
         shutil.rmtree(root / managed, ignore_errors=True)
     _write(root / "proc/cmdline", state["kernel"]["cmdline"] + "\n")
     _write(root / "proc/modules", _modules(state))
