@@ -2,33 +2,17 @@
 
 A profile threshold names a metric from here and must use its unit, so a typo
 or a GB-vs-GiB slip is refused when the profile loads, not discovered when a
-node passes a check it never really took. Workload metrics are merged from
-validation/workloads/metrics.py (owned by the workloads) when it exists.
+node passes a check it never really took. The workloads own their metrics
+(validation/workloads/metrics.py); both lists build on validation/metric.py.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import Literal
+from validation.metric import Better, Metric
+from validation.metric import metric as _m
+from validation.workloads.metrics import WORKLOAD_METRICS
 
-Better = Literal["higher", "lower", "equal"]
-
-
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    unit: str  # "" for dimensionless counts, flags and strings
-    description: str
-    better: Better
-    # informational metrics are recorded (inventory, temperatures) but need no
-    # threshold; every judged metric without a threshold fails the node.
-    judged: bool = True
-
-
-def _m(name: str, unit: str, description: str, better: Better, judged: bool = True) -> Metric:
-    return Metric(name, unit, description, better, judged)
-
+__all__ = ["METRICS", "Better", "Metric", "get"]
 
 _CORE: list[Metric] = [
     # GPU inventory
@@ -236,14 +220,7 @@ for _key, _what in HEALTH_COUNTERS.items():
 
 def _load() -> dict[str, Metric]:
     found = {m.name: m for m in _CORE}
-    try:
-        mod = importlib.import_module("validation.workloads.metrics")
-    except ModuleNotFoundError as exc:
-        # only "the module does not exist" is fine; a broken import inside it must surface
-        if exc.name not in ("validation.workloads.metrics", "validation.workloads"):
-            raise
-        return found
-    for metric in getattr(mod, "WORKLOAD_METRICS", []):
+    for metric in WORKLOAD_METRICS:
         if metric.name in found and found[metric.name] != metric:
             raise ValueError(f"metric {metric.name} registered twice with different definitions")
         found[metric.name] = metric

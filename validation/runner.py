@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from validation import budgets, procs, textfile
+from validation import budgets, procs, result_schema, textfile
 from validation import judge as judge_mod
 from validation.checks.health_delta import read_counters
 from validation.checks.registry import CheckSkipped, CheckSpec, Context, all_checks
@@ -259,13 +259,26 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
                 "thresholds": [t.to_dict() for t in profile.thresholds],
                 "artifacts": artifacts,
             }
+            text = json.dumps(doc, indent=2, default=str)
+            _say_schema_problems(json.loads(text))
             tmp = out / "result.json.tmp"
-            tmp.write_text(json.dumps(doc, indent=2, default=str))
+            tmp.write_text(text)
             tmp.replace(out / "result.json")
             # node_exporter textfile metrics where asked (--textfile-dir, site, environment)
             textfile.write_run(doc, textfile.run_dir(site, textfile_dir))
             ctx.emit({"event": "run_finished", "ts": finished_at, "outcome": outcome})
     return doc
+
+
+def _say_schema_problems(doc: dict[str, Any]) -> None:
+    """A result that breaks its own schema is the suite's bug: said on stderr, and the
+    result is still written (nothing measured is lost; the controller, checking the same
+    schema, judges the node incomplete)."""
+    problems = result_schema.check_result(doc)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        print(f"validation: result.json breaks validation/schema/result.schema.json: "
+              f"{problems[0]}{more}", file=sys.stderr)
 
 
 def _take_over(ctx: Context, prev: PreviousRun) -> list[CheckResult]:

@@ -91,6 +91,8 @@ from rackready.sanitize import one_line, strip_control
 # Whole-session deadline per validation level (the suite's own check timeouts sit inside).
 LEVEL_DEADLINES: dict[str, float] = {"quick": 600.0, "standard": 1800.0, "burnin": 12 * 3600.0}
 
+# Where the controller keeps its bundles and runs on a node (the validate and rack steps)
+NODE_BASE = "/var/lib/rackready"
 _OUTPUT_CAP = 64 << 10  # what a preparation command may print
 
 _NOTES_PER_KIND = 20  # notes of one kind about the node's output logged; the rest counted

@@ -156,7 +156,7 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
         for n in members:
             try:
                 dirs[n] = session.ship_bundle(clients[n], bundle_payload,
-                                              remote_base="/var/lib/rackready",
+                                              remote_base=session.NODE_BASE,
                                               run_id=run_id, become=nodes[n].become)
             except session.SessionError as exc:
                 problems.append(one_line(f"{n}: bundle: {exc}"))

@@ -41,7 +41,7 @@ LEVELS = ("quick", "standard", "burnin")
 # The role's default venv (tests and tools that have no inventory); a node's own comes
 # from its validation_tools_venv.
 NODE_VENV = paths.role_default("validation_tools", "validation_tools_venv")
-NODE_BASE = "/var/lib/rackready"
+NODE_BASE = node_session.NODE_BASE  # a module name of its own: tests point it elsewhere
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from validation.metrics import Metric
-
-
-def _m(name: str, unit: str, description: str, better: str, judged: bool = True) -> Metric:
-    return Metric(name, unit, description, better, judged)  # type: ignore[arg-type]
-
+from validation.metric import Metric
+from validation.metric import metric as _m
 
 WORKLOAD_METRICS: list[Metric] = [
     # collectives (torch.distributed over NCCL, and nccl-tests where installed)

@@ -150,3 +150,17 @@ def test_a_problem_line_is_one_line_whatever_the_keys_and_values():
     doc = {"checks": [], "x\n\u202e" + "k" * 100: "a\nb"}
     problems = [p for p in check_result(doc) if "not a key" in p]
     assert len(problems) == 1 and "\n" not in problems[0] and problems[0].isascii()
+
+
+def test_the_node_says_when_what_it_writes_breaks_its_schema(capsys):
+    from validation.runner import _say_schema_problems
+
+    real = json.loads(gzip.decompress(FIXTURE.read_bytes()))
+    _say_schema_problems(real)
+    assert capsys.readouterr().err == ""
+    del real["run_id"]
+    real["checks"][0]["status"] = "fine"
+    _say_schema_problems(real)
+    err = capsys.readouterr().err
+    assert err.startswith("validation: result.json breaks validation/schema/result.schema.json: ")
+    assert "run_id" in err and "(and 1 more)" in err

@@ -1,0 +1,1 @@
+"""The JSON Schema of result.json (a package so an installed wheel carries the file)."""
