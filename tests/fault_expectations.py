@@ -50,6 +50,12 @@ FABRIC_EXPECTATIONS = {
     "slow-rail": lambda c: (("rdma.gpudirect_bw",), [f"NIC {c['name']}"]),
     "transceiver-hot": lambda c: (("network.transceiver",),
                                   [f"NIC {c['name']} port 1", f"serial {c['cable_serial']}"]),
+    # RoCE QoS drift: the NIC, its interface and the lossless priority (or the DSCP)
+    "ecn-off": lambda c: (("network.roce_qos",), [f"NIC {c['name']}", f"interface {c['netdev']}",
+                                                  f"priority {c['priority']}", "roce.ecn_"]),
+    "dscp-map-drift": lambda c: (("network.roce_qos",),
+                                 [f"NIC {c['name']}", f"interface {c['netdev']}",
+                                  f"DSCP {c['dscp']}", "roce.dscp_priority"]),
 }
 
 
@@ -109,7 +115,8 @@ FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "nvlink-nvswitch": ("nvlink-down", "sxid"),
     "fabric-manager": ("fabric-manager-down",),
     "pcie": ("aer-storm", "pcie-downtrained"),
-    "nic-rail": ("link-flap", "ib-port-down", "slow-rail", "transceiver-hot"),
+    "nic-rail": ("link-flap", "ib-port-down", "slow-rail", "transceiver-hot", "ecn-off",
+                 "dscp-map-drift"),
     "storage": ("nvme-media-errors", "nvme-missing", "nvme-wear-out"),
     "host-memory": ("edac-uncorrectable", "dimm-missing"),
 }

@@ -100,7 +100,8 @@ def component(labels: dict[str, str]) -> str:
         parts.append(f"NUMA node {labels['numa']}")
     for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
                       ("array", "md array"), ("token", "kernel parameter"),
-                      ("module", "module"),
+                      ("module", "module"), ("priority", "priority"), ("dscp", "DSCP"),
+                      ("param", "firmware setting"),
                       # out of band (BMC)
                       ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
                       ("bios", "BIOS setting"),
@@ -183,7 +184,17 @@ _REMEDIATION: list[tuple[str, str]] = [
      "restart nvidia-fabricmanager (systemctl restart nvidia-fabricmanager), check "
      "/var/log/fabricmanager.log; {c}"),
     (r"^ib\.|^health\.delta\.ib", "check cable and transceiver on {c} and the switch port"),
+    (r"^roce\.ecn_", "ECN is off on {c}: re-run the rdma_network role (its "
+                    "rackready-roce-qos.service writes the ecn/roce_np and roce_rp enables)"),
+    (r"^roce\.dscp_priority$", "the DSCP->priority map drifted on {c}: re-run the rdma_network "
+                              "role (mlnx_qos --dscp2prio set,<dscp>,<priority>)"),
     (r"^roce\.", "re-run the RoCE role (mlnx_qos trust and PFC) on {c}"),
+    (r"^nic\.mlxconfig", "a ConnectX firmware setting differs on {c}: re-run the rdma_network "
+                         "role (mlxconfig set) and reboot the node for it to take effect"),
+    (r"^peermem\.|^kernel\.module_current$",
+     "nvidia-peermem is not bound to the ib_core in use ({c}): rebuild the NVIDIA DKMS modules "
+     "after DOCA-OFED (dkms install --force) and reload nvidia-peermem (re-run the "
+     "rdma_network role, whose handler does both)"),
     (r"^kernel\.module_loaded$", "load {c} (modprobe) and enable it at boot"),
     (r"^nvme\.", "reseat NVMe drives / check the backplane; {c}"),
     (r"^raid\.", "re-run the RAID role (mdadm --assemble, mount /raid); replace a failed "

@@ -252,9 +252,21 @@ def _mask(cpus: tuple[int, ...]) -> str:
     return hex(sum(1 << c for c in cpus))
 
 
-def torchrun_wrapper(m: LaunchMap) -> str:
+def _exports(nccl_env: dict[str, str] | None) -> str:
+    """`NCCL_IB_TC=104 NCCL_IB_GID_INDEX=3` for an `export` (common_env.roce_env); only
+    NCCL_ names and integer values reach a shell line."""
+    env = dict(sorted((nccl_env or {}).items()))
+    for k, v in env.items():
+        if not re.fullmatch(r"NCCL_[A-Z0-9_]+", k) or not re.fullmatch(r"\d{1,5}", str(v)):
+            raise ValueError(f"launch snippet: refusing {k}={v!r}")
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def torchrun_wrapper(m: LaunchMap, nccl_env: dict[str, str] | None = None) -> str:
     """A wrapper for `torchrun --nproc-per-node N ... -- bind.sh python train.py`: each
-    local rank gets its GPU, its NIC and its CPUs before the training process starts."""
+    local rank gets its GPU, its NIC and its CPUs before the training process starts; on
+    RoCE, nccl_env (NCCL_IB_TC, NCCL_IB_GID_INDEX from the site's role values) too."""
+    exports = _exports(nccl_env)
     gpus = " ".join(str(r.gpu) for r in m.ranks)
     nics = " ".join(r.nic or "-" for r in m.ranks)
     cpus = " ".join(cpulist(r.cpus) or "-" for r in m.ranks)
@@ -267,19 +279,24 @@ def torchrun_wrapper(m: LaunchMap) -> str:
         f"CPUS=({cpus})",
         "r=${LOCAL_RANK:?torchrun sets LOCAL_RANK}",
         "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=${GPUS[$r]}",
+        *([f"export {exports}  # RoCE: traffic class of the lossless priority, GID index"]
+          if exports else []),
         '[ "${NICS[$r]}" != - ] && export NCCL_IB_HCA="=${NICS[$r]}:1"',
         '[ "${CPUS[$r]}" = - ] && exec "$@"',
         'exec numactl --physcpubind="${CPUS[$r]}" --localalloc "$@"',
     ]) + "\n"
 
 
-def slurm_line(m: LaunchMap) -> str:
-    """The same binding through Slurm: one task per GPU, GPU and CPU mask by task."""
+def slurm_line(m: LaunchMap, nccl_env: dict[str, str] | None = None) -> str:
+    """The same binding through Slurm: one task per GPU, GPU and CPU mask by task (and the
+    RoCE NCCL settings, as in torchrun_wrapper)."""
+    exports = _exports(nccl_env)
     gpus = ",".join(str(r.gpu) for r in m.ranks)
     masks = ",".join(_mask(r.cpus) for r in m.ranks if r.cpus)
     cpu = f"--cpu-bind=mask_cpu:{masks}" if len(masks.split(",")) == len(m.ranks) \
         else "--cpu-bind=none"
     nics = " ".join(r.nic or "-" for r in m.ranks)
     return (f"srun --ntasks-per-node={len(m.ranks)} --gpu-bind=map_gpu:{gpus} {cpu} "
-            f"bash -c 'NICS=({nics}); n=${{NICS[$SLURM_LOCALID]}}; "
+            f"bash -c '{f'export {exports}; ' if exports else ''}NICS=({nics}); "
+            "n=${NICS[$SLURM_LOCALID]}; "
             '[ "$n" != - ] && export NCCL_IB_HCA="=$n:1"; exec python train.py\'')

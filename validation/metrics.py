@@ -87,7 +87,27 @@ _CORE: list[Metric] = [
     _m("roce.trust", "", "QoS trust mode (mlnx_qos)", "equal"),
     _m("roce.pfc_priority_enabled", "", "PFC on the RoCE priority", "equal"),
     _m("roce.pfc_other_priorities", "", "PFC enabled on other priorities", "lower"),
+    _m("roce.ecn_np_enabled", "", "ECN notification point (CNP sender) on the RoCE priority "
+       "(sysfs ecn/roce_np/enable/<prio>)", "equal"),
+    _m("roce.ecn_rp_enabled", "", "ECN reaction point (rate limiter) on the RoCE priority "
+       "(sysfs ecn/roce_rp/enable/<prio>)", "equal"),
+    _m("roce.dscp_priority", "", "priority the port maps the RoCE DSCP to (mlnx_qos dscp2prio)",
+       "equal"),
+    _m("nic.mlxconfig", "", "ConnectX firmware setting in effect (mlxconfig Current, as the "
+       "number `set` takes; labelled param=...)", "equal"),
+    _m("nic.mlxconfig_pending", "", "ConnectX firmware settings whose next-boot value differs "
+       "from the one in effect (a reboot pending)", "lower"),
+    # the NCCL environment the run's workloads get on RoCE (recorded, judged by the values
+    # it is derived from)
+    _m("nccl.ib_tc", "", "NCCL_IB_TC every NCCL workload gets (DSCP << 2)", "equal",
+       judged=False),
+    _m("nccl.ib_gid_index", "", "NCCL_IB_GID_INDEX every NCCL workload gets", "equal",
+       judged=False),
     _m("kernel.module_loaded", "", "kernel module loaded (labelled module=...)", "equal"),
+    _m("peermem.ib_core_linked", "", "the loaded nvidia_peermem is bound to the loaded ib_core "
+       "(/proc/modules: ib_core used by nvidia_peermem)", "equal"),
+    _m("kernel.module_current", "", "the loaded module is the file installed now: "
+       "/sys/module/<m>/srcversion equals modinfo's srcversion (labelled module=...)", "equal"),
     # field tools
     _m("dcgm.diag_result", "", "DCGM diagnostic plugin result on a GPU (Pass/Fail/Skip/Warn)",
        "equal"),

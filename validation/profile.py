@@ -23,6 +23,7 @@ import yaml
 
 from validation import metrics
 from validation.model import TIERS, Op, Threshold, Tier
+from validation.workloads.common_env import nccl_ib_tc
 
 # libyaml's parser where PyYAML was built with it (the same safe constructor, so the same
 # values; a node whose PyYAML lacks it parses in pure Python): a profile is a dozen files
@@ -228,6 +229,12 @@ def inventory_thresholds(inv: dict[str, Any], prov: str) -> list[Threshold]:
         out.append(_t("gpu.local_nics", ">=", 1, src))
         out += _placement_thresholds(inv, src)
         out.append(_t("kernel.module_loaded", "==", True, src, {"module": "nvidia_peermem"}))
+        # GPUDirect RDMA through DOCA-OFED: peermem bound to the ib_core in use, and both the
+        # files installed now (a peermem rebuilt after DOCA, DOCA's ib_core)
+        gdr = "GPUDirect RDMA: nvidia-peermem registers with ib_core's peer-memory API"
+        out.append(_t("peermem.ib_core_linked", "==", True, gdr, {"module": "nvidia_peermem"}))
+        out.append(_t("kernel.module_current", "==", True, gdr + "; the module loaded is the "
+                      "file installed (srcversion)"))
         if nic.get("pcie"):
             out.append(_t("nic.pcie_gen", ">=", nic["pcie"]["gen"], src))
             out.append(_t("nic.pcie_width", ">=", nic["pcie"]["width"], src))
@@ -315,6 +322,21 @@ def _truthy(v: Any) -> bool:
     return v is True or str(v).strip().lower() in ("true", "yes", "on", "1")
 
 
+def mlxconfig_wanted(site: dict[str, Any]) -> dict[str, int | str]:
+    """The firmware settings the rdma_network role sets on the compute ConnectX ports, as
+    its tasks/main.yml builds them: LINK_TYPE_P1 IB(1) or ETH(2) from the fabric, then the
+    site's rdma_network_mlxconfig (name -> numeric value) over it."""
+    extra = site.get("rdma_network_mlxconfig") or {}
+    if not isinstance(extra, dict):
+        raise ProfileError("site rdma_network_mlxconfig must be a mapping of mlxconfig "
+                           "names to values")
+    wanted: dict[str, int | str] = {"LINK_TYPE_P1": 1 if site.get("fabric") == "ib" else 2}
+    for k, v in extra.items():
+        text = str(v).strip()
+        wanted[str(k)] = int(text) if re.fullmatch(r"-?\d+", text) else text
+    return wanted
+
+
 def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
     """Limits that follow the variables that provisioned the node (fabric, RoCE QoS and
     MTU, pinned versions), under the roles' own names; none are restated here."""
@@ -366,6 +388,32 @@ def site_thresholds(site: dict[str, Any], profile: Profile) -> list[Threshold]:
            {"priority": prio}),
         _t("roce.pfc_other_priorities", "<=", 0, src.format("rdma_network_roce_priority")),
     ]
+    # ECN on the lossless priority, both ends of DCQCN (the role writes the sysfs enables)
+    ecn = _truthy(_provisioned(site, "rdma_network_roce_ecn"))
+    for metric, point in (("roce.ecn_np_enabled", "roce_np"), ("roce.ecn_rp_enabled", "roce_rp")):
+        out.append(_t(metric, "==", ecn, src.format("rdma_network_roce_ecn") +
+                      f" on rdma_network_roce_priority={prio} (ecn/{point}/enable/{prio})",
+                      {"priority": prio}))
+    dscp = int(_provisioned(site, "rdma_network_roce_dscp"))
+    try:
+        nccl_ib_tc(dscp)  # refuses a DSCP out of range here, before any check runs
+    except ValueError as e:
+        raise ProfileError(str(e)) from None
+    if str(site["rdma_network_roce_trust"]) == "dscp":
+        out.append(_t("roce.dscp_priority", "==", int(prio),
+                      src.format(f"rdma_network_roce_dscp={dscp}") + " mapped to "
+                      f"rdma_network_roce_priority={prio} (mlnx_qos --dscp2prio)",
+                      {"dscp": str(dscp)}))
+    # the firmware settings the role's firmware task sets, in effect (after the reboot)
+    _provisioned(site, "rdma_network_mlxconfig")
+    for param, value in mlxconfig_wanted(site).items():
+        why = ("inventory rackready_fabric (the role sets LINK_TYPE_P1 ETH(2) on RoCE)"
+               if param == "LINK_TYPE_P1" and param not in (site["rdma_network_mlxconfig"] or {})
+               else src.format(f"rdma_network_mlxconfig.{param}"))
+        out.append(_t("nic.mlxconfig", "==", value, why, {"param": param}))
+    out.append(_t("nic.mlxconfig_pending", "<=", 0,
+                  "the role's firmware settings take effect at a reboot: one still pending "
+                  "means the node runs other values than it was provisioned with"))
     return out
 
 

@@ -140,6 +140,14 @@ def fleet_stats(nodes: list[NodeRun]) -> dict[str, Any]:
     }
 
 
+def _planned_site(run: dict[str, Any], name: str) -> dict[str, Any]:
+    """The site file the controller shipped to the node (run.json's plan)."""
+    for n in run.get("nodes") or []:
+        if isinstance(n, dict) and n.get("name") == name and isinstance(n.get("site"), dict):
+            return n["site"]
+    return {}
+
+
 def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
                       generated: str) -> dict[str, Any]:
     r = node.result
@@ -186,7 +194,7 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "measurements": _measurements(r, list(j.get("thresholds", []))),
         "golden_loss": list(j.get("golden_loss", [])),
         # each local rank's GPU, NIC, NUMA node and CPUs, and how to launch with them
-        "launch_map": launch_map.from_result(r),
+        "launch_map": launch_map.from_result(r, _planned_site(run, node.name)),
         "fleet": fleet,
         "artifacts": _artifacts(node),
         "signoff": empty_signoff(),

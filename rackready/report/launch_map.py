@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from validation.launch_map import LaunchMap, RankBinding, cpulist, slurm_line, torchrun_wrapper
+from validation.workloads.common_env import roce_env
 
 CHECK, METRIC = "pcie.launch_map", "launch.rank_binding"
 
@@ -34,8 +35,12 @@ def _range(part: str) -> list[int]:
     return list(range(int(lo), int(hi or lo) + 1))
 
 
-def from_result(result: dict[str, Any]) -> dict[str, Any] | None:
-    """{"ranks": [...], "torchrun": str, "slurm": str} or None (no map measured)."""
+def from_result(result: dict[str, Any], site: dict[str, Any] | None = None
+                ) -> dict[str, Any] | None:
+    """{"ranks": [...], "torchrun": str, "slurm": str, "nccl_env": {...}} or None (no map
+    measured). site: the controller's site file for the node (the plan's, never the
+    node's word): on RoCE the snippets export NCCL_IB_TC and NCCL_IB_GID_INDEX from it."""
+    nccl_env = roce_env(site or {})
     rows = [m for c in result.get("checks", []) if c.get("check") == CHECK
             for m in c.get("measurements", []) if m.get("name") == METRIC]
     if not rows:
@@ -50,6 +55,7 @@ def from_result(result: dict[str, Any]) -> dict[str, Any] | None:
                    "nic": b.nic or "", "path": b.path,
                    "numa": "" if b.numa is None else str(b.numa), "cpus": cpulist(b.cpus),
                    "reason": b.reason} for b in lmap.ranks],
-        "torchrun": torchrun_wrapper(lmap),
-        "slurm": slurm_line(lmap),
+        "torchrun": torchrun_wrapper(lmap, nccl_env),
+        "slurm": slurm_line(lmap, nccl_env),
+        "nccl_env": nccl_env,
     }

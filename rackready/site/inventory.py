@@ -63,7 +63,9 @@ class Node:
 # Per role, the variables whose values the node must show after provisioning.
 PROVISIONED_VARS = {
     "rdma_network": ("rdma_network_roce_priority", "rdma_network_roce_trust",
-                     "rdma_network_roce_mtu", "rdma_network_roce_gid_index"),
+                     "rdma_network_roce_mtu", "rdma_network_roce_gid_index",
+                     "rdma_network_roce_dscp", "rdma_network_roce_ecn",
+                     "rdma_network_mlxconfig", "rdma_network_peermem"),
     "validation_tools": ("validation_tools_venv", "validation_tools_nccl_tests_dir",
                          "validation_tools_nccl_tests_version"),
     "nvidia_driver": ("nvidia_driver_branch", "nvidia_driver_ecc_enabled",

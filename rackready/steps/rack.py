@@ -171,9 +171,14 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
             script = _torchrun(nodes[n], i, len(members), endpoint, run_id, dirs[n], device,
                                rails[n], simulated, line_rate,
                                rack_site.get("socket_ifname"), venv_of(nodes[n]))
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in nccl_env_of(nodes[n]).items())
-            cmd = build_remote_command((f"export {env}; " if env else "") + script,
-                                       become=nodes[n].become)
+            given = nccl_env_of(nodes[n])
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in given.items())
+            # the node's rack log opens with the NCCL settings it ran under (NCCL_IB_TC,
+            # NCCL_IB_GID_INDEX on RoCE: validation.workloads.common_env.roce_env)
+            said = shlex.quote("# nccl env: " + (" ".join(f"{k}={v}" for k, v in
+                                                          sorted(given.items())) or "(none set)"))
+            cmd = build_remote_command(f"echo {said}; " + (f"export {env}; " if env else "")
+                                       + script, become=nodes[n].become)
             lim = RACK_LIMITS
             return _remote(clients[n], cmd, TIMEOUT_S[device] + lim.grace_s, lim.max_stdout)
 

@@ -35,6 +35,7 @@ from rackready.steps import rack as rack_step
 from rackready.steps.progress import Board, check_verdict
 from validation.checks.registry import all_checks
 from validation.profile import ProfileError, load_profile
+from validation.workloads.common_env import roce_env
 
 LEVELS = ("quick", "standard", "burnin")
 # The role's default venv (tests and tools that have no inventory); a node's own comes
@@ -293,7 +294,10 @@ def _nccl_env(node: inventory.Node) -> dict[str, str]:
     # Lab and CI hosts forbid NVLink multicast; the site setting decides where given, else
     # the node's workloads follow the profile (on for NVSwitch platforms) and set it anyway.
     nvls = (node.validation_site or {}).get("nccl_nvls_enable")
-    return {"NCCL_NVLS_ENABLE": str(int(bool(nvls)))} if nvls is not None else {}
+    env = {"NCCL_NVLS_ENABLE": str(int(bool(nvls)))} if nvls is not None else {}
+    # RoCE: the traffic class and GID index the node's own workloads get, from the same
+    # site values (validation.workloads.common_env.roce_env)
+    return {**env, **roce_env(_site(node))}
 
 
 def _print_summary(runs: list[NodeRun], judgements: dict[str, Judgement]) -> None:

@@ -28,7 +28,8 @@ SITES = {
            "nvidia_driver_ecc_enabled": True, "nvidia_driver_mig_enabled": False,
            "nvidia_driver_persistence_enabled": True},
     "roce": {"fabric": "roce", "rdma_network_roce_mtu": 4200, "rdma_network_roce_priority": 3,
-             "rdma_network_roce_trust": "dscp"},
+             "rdma_network_roce_trust": "dscp", "rdma_network_roce_dscp": 26,
+             "rdma_network_roce_ecn": True, "rdma_network_mlxconfig": {}},
 }
 
 

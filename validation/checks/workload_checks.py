@@ -29,7 +29,7 @@ from validation.probes import nccl_tests
 from validation.workloads import fsdp_plan
 from validation.workloads.burnin_log import done_s, log_path, read_intervals
 from validation.workloads.busbw import OPS
-from validation.workloads.common_env import nvls_enabled
+from validation.workloads.common_env import nvls_enabled, roce_env
 from validation.workloads.golden import golden_deviation
 from validation.workloads.launch import (
     WorkerGroup,
@@ -133,18 +133,19 @@ def _run(
     timeout_s = (max(1.0, deadline - time.monotonic() - KILL_MARGIN_S) if deadline
                  else max(120.0, expect_s * 2 + 120))
     nvls = nvls_enabled(getattr(ctx.profile, "nvls", False), ctx.site)
+    fabric_env = roce_env(ctx.site)  # NCCL_IB_TC / NCCL_IB_GID_INDEX on RoCE
     argv = ["--device", _device(ctx), *args]
     lmap = _launch_map(ctx)
     try:
         if ctx.cache.get("workloads.use_group"):
-            ms, log = _group(ctx, n, nvls, lmap).run(
+            ms, log = _group(ctx, n, nvls, lmap, fabric_env).run(
                 module, argv, out, timeout_s, progress=lambda f, eta: ctx.progress(f, eta, module),
                 expect_s=expect_s, label=ctx.current_check or module)
         else:
             ms, log = run_workload(
                 module, n, argv, out, timeout_s=timeout_s,
                 progress=lambda f, eta: ctx.progress(f, eta, module), expect_s=expect_s, nvls=nvls,
-                launch_map=lmap)
+                launch_map=lmap, nccl_env=fabric_env)
     except WorkloadTimedOut as e:
         raise procs.TimedOut(str(e)) from None
     except WorkloadFailed as e:
@@ -173,16 +174,17 @@ def _launch_map(ctx: Context) -> Path | None:
     return ctx.once("workloads.launch_map", make)
 
 
-def _group(ctx: Context, nproc: int, nvls: bool, lmap: Path | None = None) -> WorkerGroup:
+def _group(ctx: Context, nproc: int, nvls: bool, lmap: Path | None = None,
+           nccl_env: dict[str, str] | None = None) -> WorkerGroup:
     """The run's worker group (the runner closes it at the end of the run)."""
     g = ctx.cache.get("workloads.group")
-    if g is not None and not g.matches(nproc, _device(ctx), nvls):
+    if g is not None and not g.matches(nproc, _device(ctx), nvls, nccl_env):
         if g.killed_after:  # a killed group stays the reason the rest do not run
             return g
         g.close()
         g = None
     if g is None:
-        g = WorkerGroup(nproc, _device(ctx), ctx.out / "worker-group", nvls, lmap)
+        g = WorkerGroup(nproc, _device(ctx), ctx.out / "worker-group", nvls, lmap, nccl_env)
         ctx.cache["workloads.group"] = g
     return g
 

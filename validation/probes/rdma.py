@@ -91,26 +91,49 @@ def parse_ibv_devinfo(text: str) -> dict[str, dict[int, dict[str, str]]]:
 
 
 def parse_mlxconfig(text: str) -> dict[str, str]:
-    """`mlxconfig -d DEV q`: {PARAM: value}, from the Configurations table."""
+    """`mlxconfig -d DEV q`: {PARAM: value}, from the Configurations table.
+
+    The value is the one the firmware runs: the "Current" column where the table has one
+    (`mlxconfig -e q`: Default, Current, Next Boot), else the only column (plain `q` shows
+    "Next Boot" alone)."""
+    return {k: cols.get("Current", cols[next(iter(cols))]) if cols else ""
+            for k, cols in parse_mlxconfig_columns(text).items()}
+
+
+def parse_mlxconfig_columns(text: str) -> dict[str, dict[str, str]]:
+    """`mlxconfig -d DEV [-e] q [PARAM..]`: {PARAM: {column: value}}, columns named by the
+    Configurations header ("Next Boot"; with -e "Default", "Current", "Next Boot")."""
     if "Configurations:" not in text:
         raise ParseError("mlxconfig q: no Configurations: section")
-    body = text.split("Configurations:", 1)[1]
-    out = {}
+    head, _, body = text.split("Configurations:", 1)[1].partition("\n")
+    names = re.findall(r"Default|Current|Next Boot|New", head) or ["Next Boot"]
+    out: dict[str, dict[str, str]] = {}
     for ln in body.splitlines():
-        m = re.match(r"^\s+\*?\s*([A-Z][A-Z0-9_]+(?:\[[^\]]*\])?)\s+(\S+)", ln)
+        # a row marked '*' (next-boot value differs from the default) starts with it
+        m = re.match(r"^\s*\*?\s+([A-Z][A-Z0-9_]+(?:\[[^\]]*\])?)\s+(\S.*?)\s*$", ln)
         if m:
-            out[m.group(1)] = m.group(2)
+            values = m.group(2).split()
+            out[m.group(1)] = dict(zip(names[-len(values):] if len(values) <= len(names)
+                                       else names, values, strict=False))
     return out
+
+
+def mlxconfig_number(value: str) -> int | None:
+    """An mlxconfig value as the number `set` takes: ETH(2) -> 2, True(1) -> 1, 8 -> 8."""
+    m = re.fullmatch(r"(?:\S*\()?(\d+)\)?", value.strip())
+    return int(m.group(1)) if m else None
 
 
 @dataclass(frozen=True)
 class QosConfig:
     trust: str | None
     pfc_enabled: tuple[int, ...]  # priorities 0..7 with PFC on
+    dscp2prio: dict[int, int] = field(default_factory=dict)  # DSCP -> priority (trust dscp)
 
 
 def parse_mlnx_qos(text: str) -> QosConfig:
-    """`mlnx_qos -i IF`: trust state and the PFC 'enabled' row."""
+    """`mlnx_qos -i IF`: trust state, the dscp2prio mapping (`prio:3 dscp:31,30,..,24,`
+    lines, shown under trust dscp) and the PFC 'enabled' row."""
     trust = re.search(r"Priority trust state:\s*(\S+)", text)
     m = re.search(r"PFC configuration:.*?\n\s*priority((?:\s+\d)+)\s*\n\s*enabled((?:\s+\d)+)",
                   text, re.S)
@@ -118,8 +141,14 @@ def parse_mlnx_qos(text: str) -> QosConfig:
         raise ParseError("mlnx_qos: no PFC configuration table")
     prios = [int(x) for x in m.group(1).split()]
     flags = [int(x) for x in m.group(2).split()]
+    dscp2prio: dict[int, int] = {}
+    for prio, dscps in re.findall(r"^\s*prio:\s*(\d+)\s+dscp:\s*([\d,\s]*?),?\s*$", text, re.M):
+        for d in dscps.split(","):
+            if d.strip():
+                dscp2prio[int(d)] = int(prio)
     return QosConfig(trust=trust.group(1) if trust else None,
-                     pfc_enabled=tuple(p for p, f in zip(prios, flags, strict=False) if f))
+                     pfc_enabled=tuple(p for p, f in zip(prios, flags, strict=False) if f),
+                     dscp2prio=dscp2prio)
 
 
 def parse_ib_counters(files: dict[str, str]) -> dict[str, int]:

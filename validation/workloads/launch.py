@@ -62,18 +62,21 @@ def run_workload(
     rdzv: list[str] | None = None,
     nvls: bool = False,
     launch_map: Path | None = None,
+    nccl_env: dict[str, str] | None = None,
 ) -> tuple[list[Measurement], Path]:
     """Run `module` on nproc processes writing into out; returns its measurements and log.
 
     nvls: NVLink multicast for NCCL, set explicitly (validation.workloads.common_env);
     launch_map: the node's map (pcie.launch_map's artifact): each rank binds to its GPU,
-    NIC and CPUs (validation.workloads.binding)."""
+    NIC and CPUs (validation.workloads.binding); nccl_env: NCCL's fabric settings
+    (common_env.roce_env: NCCL_IB_TC, NCCL_IB_GID_INDEX on RoCE), written into the log."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{module}.log"
-    env = _env(nvls, launch_map)
+    env = _env(nvls, launch_map, nccl_env)
     cmd = torchrun_cmd(module, nproc, [*args, "--out", str(out)], rdzv)
     t0 = time.monotonic()
     with log.open("w") as fh:
+        fh.write(env_line(nccl_env))
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
         proc = subprocess.Popen(
@@ -101,8 +104,15 @@ def run_workload(
     return read_measurements(out, module), log
 
 
-def _env(nvls: bool, launch_map: Path | None = None) -> dict[str, str]:
-    env = {**os.environ, **nvls_env(nvls), "PYTHONUNBUFFERED": "1"}
+def env_line(nccl_env: dict[str, str] | None) -> str:
+    """The log's record of the NCCL fabric settings the workload was given."""
+    return "# nccl env: " + (" ".join(f"{k}={v}" for k, v in sorted((nccl_env or {}).items()))
+                             or "(none set)") + "\n"
+
+
+def _env(nvls: bool, launch_map: Path | None = None,
+         nccl_env: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, **nvls_env(nvls), **(nccl_env or {}), "PYTHONUNBUFFERED": "1"}
     env.pop(launch_read.ENV, None)  # only the map this run measured, never an inherited one
     if launch_map is not None:
         env[launch_read.ENV] = str(launch_map)
@@ -128,8 +138,10 @@ class WorkerGroup:
     failure, not a hang: the next workload starts a fresh group."""
 
     def __init__(self, nproc: int, device: str, workdir: Path, nvls: bool = False,
-                 launch_map: Path | None = None) -> None:
+                 launch_map: Path | None = None, nccl_env: dict[str, str] | None = None
+                 ) -> None:
         self.nproc, self.device, self.nvls = nproc, device, nvls
+        self.nccl_env = dict(nccl_env or {})  # common_env.roce_env: set in every rank
         self.launch_map = launch_map  # each rank binds to it once, at the group's start
         self.workdir = workdir
         self.killed_after: str | None = None
@@ -139,8 +151,10 @@ class WorkerGroup:
         self._seq = 0
         self._log = workdir / "group.log"
 
-    def matches(self, nproc: int, device: str, nvls: bool) -> bool:
-        return (nproc, device, nvls) == (self.nproc, self.device, self.nvls)
+    def matches(self, nproc: int, device: str, nvls: bool,
+                nccl_env: dict[str, str] | None = None) -> bool:
+        return (nproc, device, nvls, dict(nccl_env or {})) == (
+            self.nproc, self.device, self.nvls, self.nccl_env)
 
     def _start(self) -> subprocess.Popen[bytes]:
         self.launches += 1
@@ -150,10 +164,12 @@ class WorkerGroup:
         cmd = torchrun_cmd("group", self.nproc, ["--ctl", str(self._ctl), "--device", self.device,
                                                  "--controller-pid", str(os.getpid())])
         fh = self._log.open("a")
+        fh.write(env_line(self.nccl_env))
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                env=_env(self.nvls, self.launch_map), start_new_session=True)
+                                env=_env(self.nvls, self.launch_map, self.nccl_env),
+                                start_new_session=True)
         fh.close()
         procs.register(proc.pid, "worker group", on_kill=self._killed)
         return proc

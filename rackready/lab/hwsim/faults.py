@@ -194,6 +194,17 @@ def heal(state: dict[str, Any]) -> dict[str, Any]:
         if key in state:
             new[key] = copy.deepcopy(state[key])
     new.get("raid", {}).pop("degraded", None)
+    # faults that changed run-time settings (RoCE QoS drift) put back what was there
+    for fault in reversed(state.get("faults", [])):
+        for u in fault.get("undo", []):
+            *parents, leaf = u["path"]
+            node: Any = new
+            for key in parents:
+                node = node[key]
+            if u["value"] is None:  # the fault added the key: remove it again
+                node.pop(leaf, None)
+            else:
+                node[leaf] = copy.deepcopy(u["value"])
     # ECC/MIG modes are settings the node made (nvidia-smi -e/-mig), not hardware faults.
     for g_new, g_old in zip(new["gpus"], state["gpus"], strict=False):
         g_new.update({k: g_old[k] for k in GPU_MODE_KEYS if k in g_old})

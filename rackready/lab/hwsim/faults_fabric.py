@@ -1,4 +1,9 @@
-"""Fabric and PCIe faults: aer-storm, link-flap, slow-rail, transceiver-hot.
+"""Fabric and PCIe faults: aer-storm, link-flap, slow-rail, transceiver-hot, and RoCE QoS
+drift: ecn-off, dscp-map-drift.
+
+The QoS faults change a NIC's run-time settings (nic_config, which heal otherwise keeps as
+the node's own): their records carry `undo` ({"path": [...], "value": before}), which
+heal puts back (None: the key was absent, heal removes it).
 
 aer-storm and link-flap must show as a CHANGE during a run, so besides the counts they
 set at once, their records carry `ticks`: per stand-in tool call, the node side
@@ -95,9 +100,56 @@ def _transceiver_hot(state: dict[str, Any], target: str | None) -> dict[str, Any
                            f"{mod['serial']} at {HOT_C} C"}
 
 
+ROCE_DSCP = 26  # rdma_network_roce_dscp's default: the DSCP the lab's role maps
+DRIFT_PRIO = 0  # where dscp-map-drift sends it: the best-effort priority, no PFC
+
+
+def _roce_nic(state: dict[str, Any], target: str | None) -> tuple[dict[str, Any], int]:
+    """A RoCE compute NIC (the first one unless named) and its lossless priority (PFC on)."""
+    if target is None:
+        nic = next((n for n in state["nics"] if n["role"] == "compute"
+                    and n["link_layer"] == "Ethernet"), None)
+        if nic is None:
+            raise _core().FaultError(f"{state['node']} has no RoCE compute NIC")
+    else:
+        _, nic = _nic(state, target)
+    qos = state["nic_config"][nic["name"]]["qos"]
+    prio = next((p for p, on in enumerate(qos.get("pfc", [])) if on), 3)
+    return nic, prio
+
+
+def _ecn_off(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    nic, prio = _roce_nic(state, target)
+    qos = state["nic_config"][nic["name"]]["qos"]
+    # the reaction point follows the notification point until set on its own
+    befores = {key: list(qos.get(key) or qos.get("ecn") or [0] * 8) for key in ("ecn", "ecn_rp")}
+    # undo value None: the key was not there (heal removes it again)
+    undo = [{"path": ["nic_config", nic["name"], "qos", key],
+             "value": list(qos[key]) if key in qos else None} for key in befores]
+    for key, before in befores.items():
+        qos[key] = [0 if p == prio else v for p, v in enumerate(before)]
+    return {"component": _nic_component(nic, priority=prio), "undo": undo,
+            "description": f"{nic['name']} ({nic['netdev']}): ECN off on priority {prio} "
+                           "(roce_np and roce_rp)"}
+
+
+def _dscp_map_drift(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    nic, prio = _roce_nic(state, target)
+    qos = state["nic_config"][nic["name"]]["qos"]
+    before = list(qos.get("dscp2prio") or [d >> 3 for d in range(64)])
+    qos["dscp2prio"] = [DRIFT_PRIO if d == ROCE_DSCP else p for d, p in enumerate(before)]
+    return {"component": _nic_component(nic, priority=prio, dscp=ROCE_DSCP),
+            "undo": [{"path": ["nic_config", nic["name"], "qos", "dscp2prio"],
+                      "value": before}],
+            "description": f"{nic['name']} ({nic['netdev']}): DSCP {ROCE_DSCP} mapped to "
+                           f"priority {DRIFT_PRIO} instead of the lossless {prio}"}
+
+
 FABRIC_FAULTS: dict[str, FaultFn] = {
     "aer-storm": _aer_storm,
     "link-flap": _link_flap,
     "slow-rail": _slow_rail,
     "transceiver-hot": _transceiver_hot,
+    "ecn-off": _ecn_off,
+    "dscp-map-drift": _dscp_map_drift,
 }

@@ -293,6 +293,11 @@ def _nic(node: str, i: int, bdf: str, numa: int, role: str, gpu: int | None,
     }
 
 
+def default_dscp2prio() -> list[int]:
+    """mlx5's DSCP -> priority table after reset: DSCP d on priority d >> 3."""
+    return [d >> 3 for d in range(64)]
+
+
 def _nic_config(nic: dict[str, Any], provisioned: bool) -> dict[str, Any]:
     link = "IB(1)" if nic["link_layer"] == "InfiniBand" else "ETH(2)"
     roce = nic["link_layer"] == "Ethernet" and nic["role"] == "compute" and provisioned
@@ -305,6 +310,9 @@ def _nic_config(nic: dict[str, Any], provisioned: bool) -> dict[str, Any]:
         "qos": {"trust": "dscp" if roce else "pcp",
                 "pfc": [1 if (roce and p == 3) else 0 for p in range(8)],
                 "ecn": [1 if (roce and p == 3) else 0 for p in range(8)],
+                # DSCP -> priority (mlnx_qos --dscp2prio): the kernel's default DSCP >> 3,
+                # which puts the role's DSCP 26 on its priority 3
+                "dscp2prio": default_dscp2prio(),
                 "mtu": 9000 if provisioned and nic["link_layer"] == "Ethernet" else
                 (4096 if nic["link_layer"] == "InfiniBand" else 1500)},
     }

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .cli.sysroot_render import render_sysroot
+from .cli.sysroot_render import harvest_writes, render_sysroot
 
 __all__ = ["locked_node_state", "read_node_state", "render_sysroot", "write_node_state"]
 
@@ -51,5 +51,8 @@ def locked_node_state(node_root: Path) -> Iterator[dict[str, Any]]:
     with open(path.with_name(path.name + ".lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = read_node_state(node_root)
+        root = Path(node_root) / ROOT_REL
+        if root.is_dir():  # what the node wrote into sysfs since (ECN) stays
+            harvest_writes(state, root)
         yield state
         write_node_state(state, node_root)

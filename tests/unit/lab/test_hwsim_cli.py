@@ -186,8 +186,10 @@ def test_missing_state_is_one_line(tmp_path: Path) -> None:
 def test_mlxconfig_set_is_pending_until_reboot(xe: Path) -> None:
     r = tool(xe, "cli.mlxconfig", "-d", "mlx5_0", "-y", "set", "LINK_TYPE_P1=IB")
     assert r.returncode == 0 and "Please reboot" in r.stdout
-    q = tool(xe, "cli.mlxconfig", "-d", "mlx5_0", "q", "LINK_TYPE_P1").stdout
-    assert "ETH(2)              IB(1)" in q  # current ETH, next boot IB
+    q = tool(xe, "cli.mlxconfig", "-d", "mlx5_0", "-e", "q", "LINK_TYPE_P1").stdout
+    assert "ETH(2)              IB(1)" in q  # current ETH, next boot IB (-e: every column)
+    plain = tool(xe, "cli.mlxconfig", "-d", "mlx5_0", "q", "LINK_TYPE_P1").stdout
+    assert "Next Boot" in plain and "Current" not in plain and plain.rstrip().endswith("IB(1)")
     assert "Link layer: Ethernet" in tool(xe, "cli.ibstat", "mlx5_0").stdout
     assert tool(xe, "cli.boot", "nic").returncode == 0
     assert "Link layer: InfiniBand" in tool(xe, "cli.ibstat", "mlx5_0").stdout

@@ -56,9 +56,19 @@ def test_roce_qos(tmp_path):
     ctx = make_ctx(tmp_path, profile=prof)
     ctx.site = site
     ctx.outputs[("ibstat",)] = IBSTAT.replace("Link layer: InfiniBand", "Link layer: Ethernet")
-    net = ctx.sysroot / "sys/class/infiniband/mlx5_0/device/net/ens1np0"
-    net.mkdir(parents=True)
+    pci = ctx.sysroot / "sys/bus/pci/devices/0000:1a:00.0"
+    (pci / "net/ens1np0").mkdir(parents=True)
+    (ctx.sysroot / "sys/class/infiniband/mlx5_0").mkdir(parents=True)
+    (ctx.sysroot / "sys/class/infiniband/mlx5_0/device").symlink_to(pci)
     ctx.outputs[("mlnx_qos", "-i", "ens1np0")] = MLNX_QOS
+    for dev in ("0000:1a:00.0", "mlx5_1"):  # mlx5_1: no sysfs device link, by its name
+        ctx.outputs[("mlxconfig", "-d", dev, "-e", "q", "LINK_TYPE_P1")] = (
+            "Configurations:        Default      Current      Next Boot\n"
+            "*       LINK_TYPE_P1   IB(1)        ETH(2)       ETH(2)\n")
+    for point in ("roce_np", "roce_rp"):
+        f = ctx.sysroot / f"sys/class/net/ens1np0/ecn/{point}/enable/3"
+        f.parent.mkdir(parents=True)
+        f.write_text("1\n")
     assert fails(run("network.roce_qos", ctx), ctx) == []
     # PFC moved to priority 0 and trust left at pcp: both named on the interface
     ctx.outputs[("mlnx_qos", "-i", "ens1np0")] = MLNX_QOS.replace(
@@ -75,6 +85,11 @@ def test_peermem(tmp_path):
     bad = fails(run("network.peermem", ctx), ctx)
     assert [v.labels["module"] for v in bad] == ["nvidia_peermem"]
     (ctx.sysroot / "proc/modules").write_text("nvidia_peermem 1 0 - Live 0x0\n")
+    # loaded, but ib_core does not list it as a user: not bound to the ib_core in use
+    assert [v.metric for v in fails(run("network.peermem", ctx), ctx)] == \
+        ["peermem.ib_core_linked"]
+    (ctx.sysroot / "proc/modules").write_text(
+        "nvidia_peermem 16384 0 - Live 0x0\nib_core 458752 1 nvidia_peermem, Live 0x0\n")
     assert fails(run("network.peermem", ctx), ctx) == []
 
 

@@ -18,7 +18,8 @@ from .common import ToolError, locked_state, run
 from .modprobe import _closure, available
 from .secureboot import refusal
 
-DEFAULT_QOS = {"trust": "pcp", "pfc": [0] * 8, "ecn": [0] * 8}
+DEFAULT_QOS = {"trust": "pcp", "pfc": [0] * 8, "ecn": [0] * 8,
+               "dscp2prio": [d >> 3 for d in range(64)]}
 
 
 def _autoload() -> list[str]:
@@ -90,7 +91,8 @@ def main(argv: list[str]) -> int:
                 bus = int(n["bdf"][5:7], 16)
                 n.update(link_layer="InfiniBand" if ib else "Ethernet",
                          netdev=f"ibp{bus}s0" if ib else f"ens{bus}np0")
-                cfg["qos"] = dict(DEFAULT_QOS, mtu=4096 if ib else 1500)
+                cfg["qos"] = dict(DEFAULT_QOS, dscp2prio=list(DEFAULT_QOS["dscp2prio"]),
+                                  mtu=4096 if ib else 1500)
     return 0
 
 

@@ -73,8 +73,18 @@ def locked_state(prune: bool = True) -> Iterator[dict[str, Any]]:
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = load_state()
+        harvest(state)
         yield state
         save_state(state, prune)
+
+
+def harvest(state: dict[str, Any]) -> None:
+    """Writes into the sysroot's writable sysfs files (ECN enables) into the state first."""
+    from . import sysroot_render  # local import: keeps read-only tools light
+
+    root = sysroot_path()
+    if root.is_dir():
+        sysroot_render.harvest_writes(state, root)
 
 
 def save_state(state: dict[str, Any], prune: bool = True) -> None:

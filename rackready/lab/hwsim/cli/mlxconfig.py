@@ -1,4 +1,7 @@
-"""mlxconfig stand-in (mft): `-d DEV q [PARAM..]` and `-d DEV [-y] set K=V ..`.
+"""mlxconfig stand-in (mft): `-d DEV [-e] q [PARAM..]` and `-d DEV [-y] set K=V ..`.
+
+As MFT prints it, `q` shows the "Next Boot" column alone; `-e` (--enable_verbosity)
+shows Default, Current and Next Boot.
 
 `set` records into the next-boot (pending) values; only a reboot (the
 hwsim-boot unit) makes them current, as with the firmware.
@@ -11,7 +14,7 @@ from typing import Any
 
 from .common import ToolError, load_state, locked_state, present, run
 
-USAGE = "-E- Usage: mlxconfig -d <device> [-y] <q[uery] [PARAM..] | set PARAM=VALUE..>"
+USAGE = "-E- Usage: mlxconfig -d <device> [-e] [-y] <q[uery] [PARAM..] | set PARAM=VALUE..>"
 DEFAULTS = {"LINK_TYPE_P1": "IB(1)", "SRIOV_EN": "False(0)", "NUM_OF_VFS": "0",
             "ADVANCED_PCI_SETTINGS": "False(0)", "ATS_ENABLED": "False(0)",
             "PCI_WR_ORDERING": "per_mkey(0)"}
@@ -54,7 +57,8 @@ def header(n: dict[str, Any], dev: str) -> str:
 
 def main(argv: list[str]) -> int:
     yes = "-y" in argv or "--yes" in argv
-    args = [a for a in argv if a not in ("-y", "--yes")]
+    verbose = "-e" in argv or "--enable_verbosity" in argv
+    args = [a for a in argv if a not in ("-y", "--yes", "-e", "--enable_verbosity")]
     if len(args) < 3 or args[0] not in ("-d", "--dev"):
         raise ToolError(USAGE, 1)
     dev, cmd, params = args[1], args[2], args[3:]
@@ -64,14 +68,16 @@ def main(argv: list[str]) -> int:
         cfg = state["nic_config"][n["name"]]["mlxconfig"]
         keys = params or list(DEFAULTS)
         out = [header(n, dev) + "Configurations:                                      "
-               "Default             Current             Next Boot"]
+               + ("Default             Current             Next Boot" if verbose
+                  else "Next Boot")]
         for k in keys:
             if k not in cfg["current"]:
                 raise ToolError(f"-E- The Device doesn't support {k} parameter", 1)
             cur = cfg["current"][k]
             nxt = cfg["pending"].get(k, cur)
             mark = "*" if nxt != DEFAULTS[k] else " "
-            out.append(f"{mark}       {k:<36}{DEFAULTS[k]:<20}{cur:<20}{nxt}")
+            out.append(f"{mark}       {k:<36}{DEFAULTS[k]:<20}{cur:<20}{nxt}" if verbose
+                       else f"{mark}       {k:<36}{nxt}")
         if any(line.startswith("*") for line in out[1:]):
             out.append("The '*' shows parameters with next value different from default/current "
                        "value.")

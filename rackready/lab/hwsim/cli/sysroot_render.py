@@ -127,6 +127,53 @@ def _infiniband(state: dict[str, Any], root: Path) -> None:
             _write(base / "ports/1/counters" / name, f"{value}\n")
 
 
+# mlx5's per-priority ECN switches (MLNX_OFED/DOCA sysfs): both ends of DCQCN, one file
+# per priority holding 0 or 1, under the netdev: ecn/roce_np/enable/<p>, ecn/roce_rp/enable/<p>
+ECN_POINTS = {"roce_np": "ecn", "roce_rp": "ecn_rp"}  # sysfs directory -> qos key
+
+
+def _ecn_nics(state: dict[str, Any]) -> list[dict[str, Any]]:
+    if "mlx5_core" not in state.get("modules", []):
+        return []
+    return [n for n in present(state.get("nics", []))
+            if n.get("link_layer") == "Ethernet" and n.get("netdev")
+            and n["name"] in state.get("nic_config", {})]
+
+
+def _ecn_values(qos: dict[str, Any], key: str) -> list[int]:
+    # ecn_rp follows ecn until something sets the reaction point on its own
+    return list(qos.get(key) or qos.get("ecn") or [0] * 8)
+
+
+def _ecn(state: dict[str, Any], root: Path) -> None:
+    for nic in _ecn_nics(state):
+        qos = state["nic_config"][nic["name"]]["qos"]
+        for point, key in ECN_POINTS.items():
+            for prio, on in enumerate(_ecn_values(qos, key)):
+                _write(root / "sys/class/net" / nic["netdev"] / "ecn" / point / "enable" /
+                       str(prio), f"{int(bool(on))}\n")
+
+
+def harvest_writes(state: dict[str, Any], root: Path) -> None:
+    """What was written into the writable sysfs files since the last render (the role's
+    `echo 1 > .../ecn/roce_np/enable/3`) taken into the state, as the kernel keeps it;
+    called before a re-render, which would otherwise put the old value back."""
+    for nic in _ecn_nics(state):
+        qos = state["nic_config"][nic["name"]]["qos"]
+        for point, key in ECN_POINTS.items():
+            values = _ecn_values(qos, key)
+            for prio in range(len(values)):
+                f = Path(root) / "sys/class/net" / nic["netdev"] / "ecn" / point / "enable" / \
+                    str(prio)
+                try:
+                    text = f.read_text().strip()
+                except OSError:
+                    continue
+                if text in ("0", "1"):
+                    values[prio] = int(text)
+            qos[key] = values
+
+
 def _numa(state: dict[str, Any], root: Path) -> None:
     """/sys/devices/system/node/node<N>/cpulist (what numactl -H reads) and the
     thread_siblings_list of each node's first CPU (the launch map reads how many threads a
@@ -218,6 +265,7 @@ def render_sysroot(state: dict[str, Any], root: Path, prune: bool = True) -> Non
             for fname, text in aer_files(dev["aer"]).items():
                 _write(base / fname, text)
     _infiniband(state, root)
+    _ecn(state, root)
     _numa(state, root)
     _efi(state, root)
     render_host(state, root)  # SMBIOS table, EDAC
