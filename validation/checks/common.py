@@ -18,6 +18,13 @@ def smi(ctx: Context) -> nvidia_smi.SmiReport:
     return ctx.once("smi", make)
 
 
+def topo_text(ctx: Context) -> str:
+    """`nvidia-smi topo -m` as printed, read once per pass (NVLink topology and the launch
+    map both read it)."""
+    return str(ctx.once("topo-m", lambda: ctx.run(["nvidia-smi", "topo", "-m"], timeout_s=30,
+                                                 artifact="nvidia-smi-topo-m.txt")))
+
+
 def gpu_labels(g: nvidia_smi.GpuInfo) -> dict[str, str]:
     return {"gpu": str(g.index), "serial": g.serial or "unknown",
             "bus_id": nvidia_smi.short_bus_id(g.bus_id)}

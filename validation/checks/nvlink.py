@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from validation.checks.common import gpu_labels, labels_by_index, m, smi
+from validation.checks.common import gpu_labels, labels_by_index, m, smi, topo_text
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.nvidia_smi import (
@@ -24,7 +24,7 @@ _KINDS = {"replay": "nvlink.replay_errors", "recovery": "nvlink.recovery_errors"
 def nvlink_topology(ctx: Context) -> Iterator[Measurement]:
     from validation.probes.nvidia_smi import nv_links
 
-    topo = parse_topo(ctx.run(["nvidia-smi", "topo", "-m"], artifact="nvidia-smi-topo-m.txt"))
+    topo = parse_topo(topo_text(ctx))
     index = {name: int(re.sub(r"\D", "", name)) for name in topo.gpus}
     for a in topo.gpus:
         for b in topo.gpus:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 
 from validation import launch_map, launch_read
-from validation.checks.common import gpu_labels, m, rdma_devices, smi
+from validation.checks.common import gpu_labels, m, rdma_devices, smi, topo_text
 from validation.checks.network import ibstat
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.launch_map import cpulist
@@ -120,8 +120,7 @@ def launch_map_of(ctx: Context) -> launch_map.LaunchMap:
         compute = {ca.name for ca in ibstat(ctx)}
         lm = launch_read.read(
             lambda cmd: ctx.run(cmd, timeout_s=30), ctx.sysroot, compute_nics=compute,
-            gpu_ids=ids, topo_text=ctx.run(["nvidia-smi", "topo", "-m"], timeout_s=30,
-                                           artifact="nvidia-smi-topo-m.txt"))
+            gpu_ids=ids, topo_text=topo_text(ctx))
         ctx.artifacts.mkdir(parents=True, exist_ok=True)
         (ctx.artifacts / launch_read.ARTIFACT).write_text(json.dumps(lm.to_dict(), indent=1))
         return lm
