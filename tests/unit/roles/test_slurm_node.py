@@ -86,7 +86,8 @@ def test_rendered_slurm_conf_names_every_node_with_its_hardware():
     assert "ProctrackType=proctrack/cgroup" in conf
     assert "TaskPlugin=task/cgroup,task/affinity" in conf
     assert ("NodeName=gpu01 NodeAddr=10.0.0.11 CPUs=128 Boards=1 SocketsPerBoard=2 "
-            "CoresPerSocket=32 ThreadsPerCore=2 RealMemory=2063000 Gres=gpu:8 State=UNKNOWN") in conf
+            "CoresPerSocket=32 ThreadsPerCore=2 RealMemory=2063000 Gres=gpu:8 "
+            "State=UNKNOWN") in conf
     assert ("NodeName=gpu02 CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
             "ThreadsPerCore=1 RealMemory=2063000 Gres=gpu:4 State=UNKNOWN") in conf
     assert "PartitionName=gpu Nodes=gpu01,gpu02 Default=YES MaxTime=INFINITE State=UP" in conf
@@ -209,7 +210,8 @@ def test_a_binary_key_round_trips_through_the_copy_content():
                    slurm_node_munge_key_format="base64")
     assert to_bytes(content) == raw
     assert t["ansible.builtin.copy"]["mode"] == "0400"
-    assert (t["ansible.builtin.copy"]["owner"], t["ansible.builtin.copy"]["group"]) == ("munge", "munge")
+    copy = t["ansible.builtin.copy"]
+    assert (copy["owner"], copy["group"]) == ("munge", "munge")
 
 
 # --- the health wrapper -------------------------------------------------------------
