@@ -73,7 +73,7 @@ def devices(n: int) -> dict:
 # --- slurm.conf ---------------------------------------------------------------------
 
 def rendered_conf(**overrides) -> list[str]:
-    hostvars = {"gpu01": node("gpu01", addr="10.0.0.11"),
+    hostvars = {"gpu01": node("gpu01", addr="192.0.2.11"),
                 "gpu02": node("gpu02", cpus=96, sockets=2, cores=48, threads=1, gpus=4)}
     v = role_vars(hostvars=hostvars, __slurm_node_nodes=["gpu01", "gpu02"], **overrides)
     return lines(template("slurm.conf.j2", **v))
@@ -85,7 +85,7 @@ def test_rendered_slurm_conf_names_every_node_with_its_hardware():
     assert "GresTypes=gpu" in conf
     assert "ProctrackType=proctrack/cgroup" in conf
     assert "TaskPlugin=task/cgroup,task/affinity" in conf
-    assert ("NodeName=gpu01 NodeAddr=10.0.0.11 CPUs=128 Boards=1 SocketsPerBoard=2 "
+    assert ("NodeName=gpu01 NodeAddr=192.0.2.11 CPUs=128 Boards=1 SocketsPerBoard=2 "
             "CoresPerSocket=32 ThreadsPerCore=2 RealMemory=2063000 Gres=gpu:8 "
             "State=UNKNOWN") in conf
     assert ("NodeName=gpu02 CPUs=96 Boards=1 SocketsPerBoard=2 CoresPerSocket=48 "
