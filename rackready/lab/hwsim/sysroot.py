@@ -22,8 +22,10 @@ STATE_REL = Path("var/lib/hwsim/state.json")
 ROOT_REL = Path("var/lib/hwsim/root")
 
 
-def write_node_state(state: dict[str, Any], node_root: Path) -> None:
-    """node_root/var/lib/hwsim/state.json plus the rendered sysroot beside it."""
+def write_node_state(state: dict[str, Any], node_root: Path,
+                     seen: dict[Path, str] | None = None) -> None:
+    """node_root/var/lib/hwsim/state.json plus the rendered sysroot beside it (seen: as
+    render_sysroot's)."""
     path = Path(node_root) / STATE_REL
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -31,7 +33,7 @@ def write_node_state(state: dict[str, Any], node_root: Path) -> None:
     os.replace(tmp, path)  # tools on the node never see a half-written file
     root = Path(node_root) / ROOT_REL
     root.mkdir(parents=True, exist_ok=True)
-    render_sysroot(state, root)
+    render_sysroot(state, root, seen=seen)
 
 
 def read_node_state(node_root: Path) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def locked_node_state(node_root: Path) -> Iterator[dict[str, Any]]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = read_node_state(node_root)
         root = Path(node_root) / ROOT_REL
-        if root.is_dir():  # what the node wrote into sysfs since (ECN) stays
-            harvest_writes(state, root)
+        # what the node wrote into sysfs since (ECN) stays
+        seen = harvest_writes(state, root) if root.is_dir() else None
         yield state
-        write_node_state(state, node_root)
+        write_node_state(state, node_root, seen)

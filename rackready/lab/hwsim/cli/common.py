@@ -73,21 +73,22 @@ def locked_state(prune: bool = True) -> Iterator[dict[str, Any]]:
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = load_state()
-        harvest(state)
+        seen = harvest(state)
         yield state
-        save_state(state, prune)
+        save_state(state, prune, seen)
 
 
-def harvest(state: dict[str, Any]) -> None:
-    """Writes into the sysroot's writable sysfs files (ECN enables) into the state first."""
+def harvest(state: dict[str, Any]) -> dict[Path, str] | None:
+    """Writes into the sysroot's writable sysfs files (ECN enables) into the state first;
+    what was read, for the render (sysroot_render.render_sysroot's `seen`)."""
     from . import sysroot_render  # local import: keeps read-only tools light
 
     root = sysroot_path()
-    if root.is_dir():
-        sysroot_render.harvest_writes(state, root)
+    return sysroot_render.harvest_writes(state, root) if root.is_dir() else None
 
 
-def save_state(state: dict[str, Any], prune: bool = True) -> None:
+def save_state(state: dict[str, Any], prune: bool = True,
+               seen: dict[Path, str] | None = None) -> None:
     from . import sysroot_render  # local import: keeps read-only tools light
 
     path = state_path()
@@ -96,7 +97,7 @@ def save_state(state: dict[str, Any], prune: bool = True) -> None:
     os.replace(tmp, path)
     root = sysroot_path()
     if root.is_dir():
-        sysroot_render.render_sysroot(state, root, prune)
+        sysroot_render.render_sysroot(state, root, prune, seen)
 
 
 def advance_faults() -> None:

@@ -7,7 +7,9 @@ the x86 MCE console line (arch/x86/kernel/cpu/mce/core.c) and the nvswitch drive
 
 from __future__ import annotations
 
+import contextlib
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +90,45 @@ def kern_lines(state: dict[str, Any], node: str) -> list[str]:
     return lines
 
 
+# While a render runs: every path it wrote (files, links, directories that stay empty).
+# A tree is always rendered in place and what the render did not write is removed after:
+# a file that still belongs is never absent, even for a moment, so a node-side writer
+# racing a re-render (the RoCE role's `echo 1 > .../ecn/roce_np/enable/3`) is not lost.
+_rendered: set[Path] | None = None
+
+
+@contextlib.contextmanager
+def tracking() -> Iterator[set[Path]]:
+    """The set of paths written while the block runs."""
+    global _rendered
+    _rendered = set()
+    try:
+        yield _rendered
+    finally:
+        _rendered = None
+
+
+def keep(path: Path) -> None:
+    """Mark a path the render wrote (or left as it is because it is current)."""
+    if _rendered is not None:
+        _rendered.add(path)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """As write_file, for binary files."""
+    keep(path)
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
 def write_file(path: Path, text: str) -> None:
     """Write a simulated file; one that already holds text is left as it is (a tree
     re-rendered in place rewrites only what changed)."""
+    keep(path)
     try:
         if path.read_text() == text:
             return
@@ -102,7 +140,5 @@ def write_file(path: Path, text: str) -> None:
 def render_host(state: dict[str, Any], root: Path) -> None:
     if not state.get("host"):
         return  # a state written before the host model existed
-    table = root / "sys/firmware/dmi/tables/DMI"
-    table.parent.mkdir(parents=True, exist_ok=True)
-    table.write_bytes(smbios_table(state))
+    write_bytes(root / "sys/firmware/dmi/tables/DMI", smbios_table(state))
     _edac(state, root)

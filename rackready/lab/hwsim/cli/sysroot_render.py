@@ -9,13 +9,14 @@ layout.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 from .common import SPEED_OF_GEN, present, read_capture
-from .host_render import kern_lines, render_host
+from .host_render import keep, kern_lines, render_host, tracking, write_bytes
 from .host_render import write_file as _write
 from .pci import pci_devices
 
@@ -118,11 +119,17 @@ def _infiniband(state: dict[str, Any], root: Path) -> None:
         pci = root / "sys/bus/pci/devices" / nic["bdf"]
         if nic.get("netdev"):
             (pci / "net" / nic["netdev"]).mkdir(parents=True, exist_ok=True)
+            keep(pci / "net" / nic["netdev"])
         base.mkdir(parents=True, exist_ok=True)
         link = base / "device"
-        if link.is_symlink() or link.exists():  # re-rendered over an earlier tree
-            link.unlink()
-        link.symlink_to(Path("../../../bus/pci/devices") / nic["bdf"])
+        target = Path("../../../bus/pci/devices") / nic["bdf"]
+        keep(link)
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            pass  # re-rendered over an earlier tree: the link is already right
+        else:
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(target)
         for name, value in nic.get("counters", {}).items():
             _write(base / "ports/1/counters" / name, f"{value}\n")
 
@@ -145,19 +152,28 @@ def _ecn_values(qos: dict[str, Any], key: str) -> list[int]:
     return list(qos.get(key) or qos.get("ecn") or [0] * 8)
 
 
-def _ecn(state: dict[str, Any], root: Path) -> None:
+def _ecn(state: dict[str, Any], root: Path, seen: dict[Path, str] | None) -> None:
+    """seen: what harvest_writes read from these files when the state was loaded. A value
+    the state still holds as read is left alone: the node may have written the file since
+    (its writers take no lock), and the kernel would keep that write."""
     for nic in _ecn_nics(state):
         qos = state["nic_config"][nic["name"]]["qos"]
         for point, key in ECN_POINTS.items():
             for prio, on in enumerate(_ecn_values(qos, key)):
-                _write(root / "sys/class/net" / nic["netdev"] / "ecn" / point / "enable" /
-                       str(prio), f"{int(bool(on))}\n")
+                f = root / "sys/class/net" / nic["netdev"] / "ecn" / point / "enable" / str(prio)
+                text = f"{int(bool(on))}\n"
+                if seen is not None and seen.get(f) == text and f.is_file():
+                    keep(f)
+                else:
+                    _write(f, text)
 
 
-def harvest_writes(state: dict[str, Any], root: Path) -> None:
+def harvest_writes(state: dict[str, Any], root: Path) -> dict[Path, str]:
     """What was written into the writable sysfs files since the last render (the role's
     `echo 1 > .../ecn/roce_np/enable/3`) taken into the state, as the kernel keeps it;
-    called before a re-render, which would otherwise put the old value back."""
+    called before a re-render, which would otherwise put the old value back. Returns
+    what it read, by file, for that render (render_sysroot's `seen`)."""
+    seen: dict[Path, str] = {}
     for nic in _ecn_nics(state):
         qos = state["nic_config"][nic["name"]]["qos"]
         for point, key in ECN_POINTS.items():
@@ -171,7 +187,9 @@ def harvest_writes(state: dict[str, Any], root: Path) -> None:
                     continue
                 if text in ("0", "1"):
                     values[prio] = int(text)
+                    seen[f] = f"{text}\n"
             qos[key] = values
+    return seen
 
 
 def _numa(state: dict[str, Any], root: Path) -> None:
@@ -224,18 +242,42 @@ def _efi(state: dict[str, Any], root: Path) -> None:
     sb = state.get("secure_boot") or {"efi": True, "enabled": False}
     if not sb.get("efi", True):
         return  # legacy BIOS boot: no /sys/firmware/efi at all
-    var = root / SECURE_BOOT_VAR
-    var.parent.mkdir(parents=True, exist_ok=True)
-    var.write_bytes(b"\x06\x00\x00\x00" + (b"\x01" if sb.get("enabled") else b"\x00"))
+    write_bytes(root / SECURE_BOOT_VAR,
+                b"\x06\x00\x00\x00" + (b"\x01" if sb.get("enabled") else b"\x00"))
 
 
-def render_sysroot(state: dict[str, Any], root: Path, prune: bool = True) -> None:
-    """(Re)write every simulated file under root; stale entries are removed first.
+def render_sysroot(state: dict[str, Any], root: Path, prune: bool = True,
+                   seen: dict[Path, str] | None = None) -> None:
+    """(Re)write every simulated file under root, in place: only the files whose text
+    changed are rewritten, and then (prune) what this state no longer has is removed.
     prune=False: a state that only added to what it had (a fault's ticks raising its
-    counters) is rendered in place, only the files whose text changed rewritten."""
+    counters) skips that sweep. seen: harvest_writes' reading, when the state was loaded
+    from this tree (see _ecn)."""
     root = Path(root)
-    for managed in ("proc", "sys") if prune else ():
-        shutil.rmtree(root / managed, ignore_errors=True)
+    with tracking() as rendered:
+        _render(state, root, seen)
+    if prune:
+        for managed in ("proc", "sys"):
+            _remove_stale(root / managed, rendered)
+
+
+def _remove_stale(top: Path, rendered: set[Path]) -> None:
+    """Remove, under top, what the last render did not write, deepest first; a directory
+    goes once empty."""
+    for dirpath, dirnames, filenames in os.walk(top, topdown=False):
+        here = Path(dirpath)
+        for name in filenames + dirnames:
+            p = here / name
+            if p in rendered:
+                continue
+            if p.is_symlink() or not p.is_dir():
+                p.unlink(missing_ok=True)
+            else:
+                with contextlib.suppress(OSError):  # only when empty: a kept file keeps it
+                    p.rmdir()
+
+
+def _render(state: dict[str, Any], root: Path, seen: dict[Path, str] | None) -> None:
     _write(root / "proc/cmdline", state["kernel"]["cmdline"] + "\n")
     _write(root / "proc/modules", _modules(state))
     _write(root / "proc/mdstat", _mdstat(state))
@@ -265,7 +307,7 @@ def render_sysroot(state: dict[str, Any], root: Path, prune: bool = True) -> Non
             for fname, text in aer_files(dev["aer"]).items():
                 _write(base / fname, text)
     _infiniband(state, root)
-    _ecn(state, root)
+    _ecn(state, root, seen)
     _numa(state, root)
     _efi(state, root)
     render_host(state, root)  # SMBIOS table, EDAC
