@@ -140,6 +140,21 @@ _CORE: list[Metric] = [
        "(labelled with the attribute, its value and the profile's)", "equal"),
     _m("bmc.power_on_hours", "h", "hours the system has been powered on", "lower",
        judged=False),
+    # the power and thermal envelope: the BMC sampled while the suite ran (its burn-in)
+    # (rackready/steps/envelope.py)
+    _m("bmc.envelope.samples", "", "chassis readings taken through Redfish while the node's "
+       "suite ran", "higher"),
+    _m("bmc.power.peak_w", "W", "peak chassis draw while the suite ran", "lower",
+       judged=False),
+    _m("bmc.power.one_lost_load_ratio", "", "peak chassis draw over what the PSUs deliver "
+       "with the largest of them lost", "lower"),
+    _m("bmc.inlet.peak_c", "C", "highest inlet (intake) air temperature while the suite ran",
+       "lower"),
+    _m("bmc.exhaust.peak_c", "C", "highest exhaust air temperature while the suite ran",
+       "lower", judged=False),
+    _m("bmc.psu.health_under_load", "", "a power supply's worst health while the suite ran",
+       "equal"),
+    _m("bmc.fan.health_under_load", "", "a fan's worst health while the suite ran", "equal"),
     # NVSwitch SXids, NVMe SMART health, host DIMMs/EDAC/MCE, host bandwidth
     _m("nvswitch.sxid_fatal", "", "fatal (or unclassified) NVSwitch SXid events since boot",
        "lower"),

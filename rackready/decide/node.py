@@ -28,6 +28,7 @@ from typing import Any
 from rackready.decide.integrity import replay_findings, session_findings
 from rackready.decide.outcome import decide_node, missing_check_verdict, verdict_dict
 from rackready.decide.records import BmcRecord, GoldenPoint, Judgement, ScopeRecord
+from rackready.redfish.envelope import series as envelope_series
 from rackready.run.rebuild import INTERRUPTED
 from rackready.run.rundir import NodeResult, PlannedNode, now_iso
 from validation.judge import judge
@@ -242,7 +243,8 @@ def _bmc_record(bmc: dict[str, Any] | None, check: CheckResult | None) -> BmcRec
             "problem": bmc.get("problem") or (check.message if check else ""),
             "since": bmc.get("since"), "since_source": bmc.get("since_source", ""),
             "identity": bmc.get("identity") or {}, "log_excerpt": bmc.get("log_excerpt") or [],
-            "check": check.to_dict() if check else None}
+            "check": check.to_dict() if check else None,
+            "envelope": envelope_series(bmc.get("envelope"))}
 
 
 def _golden_loss(results: list[CheckResult], profile: Profile | None) -> list[GoldenPoint]:

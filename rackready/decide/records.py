@@ -77,6 +77,7 @@ class BmcRecord(TypedDict):
     identity: dict[str, Any]
     log_excerpt: list[Any]
     check: dict[str, Any] | None  # validation.model.CheckResult.to_dict
+    envelope: dict[str, Any]  # rackready.steps.envelope.series: the readings under load
 
 
 class GoldenPoint(TypedDict):

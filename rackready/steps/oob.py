@@ -30,6 +30,7 @@ from rackready.sanitize import one_line
 from rackready.site.bmc import BmcAccess
 from rackready.site.inventory import Node
 from rackready.site.paths import PROJECT_ROOT
+from rackready.steps.envelope import measurements as envelope_measurements
 from validation.model import CheckResult, Measurement
 
 CHECK = BMC_CHECK
@@ -187,9 +188,12 @@ def bios_attributes(client: Client) -> dict[str, Any]:
     return read_state(client).current
 
 
-def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_DIR
-            ) -> dict[str, Any]:
-    """One node's out-of-band record (bmc.json). Never raises for the node's trouble."""
+def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_DIR,
+            envelope: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One node's out-of-band record (bmc.json). Never raises for the node's trouble.
+    envelope: what rackready.steps.envelope sampled while the node's suite ran (validate
+    always passes it: no readings is then 0 samples, which the profile fails); its
+    measurements join the check."""
     started, t0 = now_iso(), time.monotonic()
     rec: dict[str, Any] = {"node": node.name, "started": started, "address": None,
                            "since": None, "since_source": "", "identity": {},
@@ -213,6 +217,8 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
                     current = bios_attributes(client)
                     data["bios_profile"] = {k: (v, current.get(k)) for k, v in want.items()}
             found = measurements(data, since)
+            if envelope is not None:
+                found += envelope_measurements(envelope)
             rec["identity"] = identity(data)
             rec["log_excerpt"] = excerpt(data, since)
     except (UserError, RedfishError) as exc:
@@ -223,6 +229,8 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
                                   f"{exc}")
     if secret:  # last guard: the password never reaches a file
         rec["problem"] = rec["problem"].replace(secret, "********")
+    if envelope is not None:
+        rec["envelope"] = envelope
     rec["finished"] = now_iso()
     rec["check"] = CheckResult(check=CHECK, status=status,  # type: ignore[arg-type]
                                duration_s=time.monotonic() - t0, measurements=tuple(found),

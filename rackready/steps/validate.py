@@ -16,6 +16,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -30,7 +31,7 @@ from rackready.report.cli import write_reports
 from rackready.run.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
 from rackready.site import inventory, paths
-from rackready.steps import oob
+from rackready.steps import envelope, oob
 from rackready.steps import rack as rack_step
 from rackready.steps.progress import Board, check_verdict
 from validation.checks.registry import all_checks
@@ -90,8 +91,13 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
         ["--resume"] if resume else [])
 
     def one(r: NodeRun) -> None:
-        _run_node(run, r, level, (payload, digest), board, extra, resuming=bool(resume))
-        _run_oob(run, r, board)
+        # the BMC is sampled while the suite runs: the envelope under the burn-in's load
+        sampler = envelope.Sampler(r.node).start()
+        try:
+            _run_node(run, r, level, (payload, digest), board, extra, resuming=bool(resume))
+        finally:
+            sampled = sampler.stop()
+        _run_oob(run, r, board, sampled)
 
     with ThreadPoolExecutor(max_workers=min(32, len(runs))) as pool:
         list(pool.map(one, runs))
@@ -269,12 +275,13 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
         run.write_session(node.name, record)
 
 
-def _run_oob(run: RunDir, r: NodeRun, board: Board) -> None:
+def _run_oob(run: RunDir, r: NodeRun, board: Board, sampled: dict[str, Any]) -> None:
     """The node's BMC, read from the controller after its session: log entries
-    written during the burn-in count too. Its trouble is recorded, never raised."""
+    written during the burn-in count too, and what was sampled while it ran (sampled).
+    Its trouble is recorded, never raised."""
     board.update(r.node.name, "reading BMC")
     try:
-        record = oob.collect(r.node)
+        record = oob.collect(r.node, envelope=sampled)
     except Exception as exc:  # noqa: BLE001  one node's surprise must not stop the rack
         record = {"node": r.node.name, "problem": one_line(f"controller error: {exc}"),
                   "check": not_run(one_line(f"controller error: {exc}")).to_dict()}

@@ -378,6 +378,11 @@ def _report(
             sink.emit("gemm.power_fraction_median", round(summ["power_fraction_median"], 4), "",
                       gpu=g, dtype=dtype)
         sink.emit("gemm.power_limit_w", sampler.power_limit_w, "W", gpu=g)
+        temps = [r["temp_c"] for r in records if r.get("temp_c") is not None]
+        if sampler.slowdown_c is not None and temps:
+            # the headroom the hottest interval left to the driver's slowdown temperature
+            sink.emit("gemm.slowdown_margin_c", round(sampler.slowdown_c - max(temps), 1), "C",
+                      gpu=g, dtype=dtype)
         sink.emit("gemm.clock_event_reasons", summ["reasons"] or 0, "", gpu=g, dtype=dtype)
         # clocks held under load (steady intervals), judged against the profile
         clock, reasons = load_clocks(records)

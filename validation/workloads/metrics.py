@@ -99,6 +99,8 @@ WORKLOAD_METRICS: list[Metric] = [
        "higher"),
     _m("gemm.load_clock_event", "", "a HW slowdown/thermal/power-brake reason seen under load "
        "(label reason)", "equal"),
+    _m("gemm.slowdown_margin_c", "C", "NVML's slowdown temperature less the hottest burn-in "
+       "interval", "higher"),
     _m("gemm.telemetry_ok", "", "NVML telemetry could be sampled during the burn-in", "equal"),
     _m("gemm.fp8_supported", "", "the GPU runs fp8 matrix products", "equal", judged=False),
     # HBM

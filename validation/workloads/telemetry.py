@@ -29,6 +29,8 @@ class Sampler:
     period_s: float = 0.2
     samples: list[Sample] = field(default_factory=list)
     power_limit_w: float | None = None
+    # the temperature at which the driver slows the GPU (NVML's slowdown threshold)
+    slowdown_c: float | None = None
     available: bool = False
     why_unavailable: str = ""
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -51,6 +53,11 @@ class Sampler:
                 h = pynvml.nvmlDeviceGetHandleByIndex(self.index)
             self._nvml, self._h = pynvml, h
             self.power_limit_w = pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
+            try:
+                self.slowdown_c = float(pynvml.nvmlDeviceGetTemperatureThreshold(
+                    h, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+            except Exception:  # not reported (or an older NVML): the margin is not measured
+                self.slowdown_c = None
             self._read()  # fail here, not in the thread
         except Exception as e:  # no pynvml, no driver, no permission
             self.why_unavailable = f"NVML unavailable: {e}"

@@ -241,6 +241,46 @@ def loss_figure(doc: dict[str, Any]) -> Figure | None:
                   ncols=1, panel_height=2.2)
 
 
+def _points(xs: list[Any], ys: list[Any]) -> list[tuple[float, float]]:
+    return [(float(x), float(y)) for x, y in zip(xs, ys, strict=False)
+            if _num(x) is not None and _num(y) is not None]
+
+
+def envelope_figure(doc: dict[str, Any]) -> Figure | None:
+    """The chassis under the run's load, as the BMC read it (rackready.steps.envelope)."""
+    env = (doc.get("bmc") or {}).get("envelope") or {}
+    t = env.get("t_s") or []
+    power = _points(t, env.get("power_w") or [])
+    if not power:
+        return None
+    p_power = Panel("Chassis power", "W", "time in the run (s)",
+                    lines=[Line("chassis draw", power)])
+    capacity = _num(env.get("one_lost_capacity_w"))
+    if capacity is not None:
+        p_power.hlines.append(HLine(capacity, f"PSUs with one lost: {capacity:.0f} W",
+                                    "limit"))
+    panels = [p_power]
+    temps = [Line(label, pts) for label, key in (("inlet", "inlet_c"), ("exhaust", "exhaust_c"))
+             if (pts := _points(t, env.get(key) or []))]
+    if temps:
+        p_temp = Panel("Inlet and exhaust air", "C", "time in the run (s)", lines=temps)
+        limit = _limit_for(doc, "bmc.inlet.peak_c", {})
+        if limit and _num(limit.get("value")) is not None:
+            p_temp.hlines.append(HLine(float(limit["value"]),
+                                       f"inlet limit {naming.value_text(limit['value'])} C",
+                                       "limit"))
+        panels.append(p_temp)
+    fans = _points(t, env.get("fan_lowest") or [])
+    if fans:
+        panels.append(Panel("Slowest fan", env.get("fan_units") or "", "time in the run (s)",
+                            lines=[Line("slowest fan", fans)]))
+    return Figure("envelope", "Power and thermal envelope (BMC)",
+                  f"The chassis read through its BMC every {env.get('period_s') or '?'} s while "
+                  "the node's suite ran: the draw against what the power supplies carry with "
+                  "one of them lost, the air temperatures against the inlet limit, and the "
+                  "slowest fan.", panels, ncols=min(3, len(panels)), panel_height=1.6)
+
+
 def node_figures(doc: dict[str, Any]) -> list[Figure]:
-    return [f for f in (busbw_figure(doc), burnin_figure(doc), per_gpu_figure(doc),
-                        loss_figure(doc)) if f]
+    return [f for f in (busbw_figure(doc), burnin_figure(doc), envelope_figure(doc),
+                        per_gpu_figure(doc), loss_figure(doc)) if f]

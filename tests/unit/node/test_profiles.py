@@ -154,6 +154,8 @@ from validation.workloads.metrics import WORKLOAD_METRICS  # noqa: E402
 JUDGED_WORKLOAD = sorted(m.name for m in WORKLOAD_METRICS if m.judged)
 # pinned versions, judged against the inventory (or the site's role variables), not floors
 PINNED = {"nccl.torch_version"}
+# acceptance policies, the same on every platform (not a measured floor)
+POLICY = {"gemm.telemetry_ok", "gemm.slowdown_margin_c"}
 CORRECTNESS = {  # metric -> (op, the only acceptable limit)
     "nccl.correct": ("==", True),
     "gemm.sdc_mismatches": ("<=", 0),
@@ -197,8 +199,7 @@ def test_real_floors_have_outliers_units_and_provenance(name):
         ts = p.thresholds_for(metric)
         assert ts and all(t.outlier_k for t in ts if not t.labels or "dtype" in t.labels), metric
     for t in p.thresholds:
-        if t.metric in JUDGED_WORKLOAD and t.metric not in {*CORRECTNESS, *PINNED,
-                                                            "gemm.telemetry_ok"}:
+        if t.metric in JUDGED_WORKLOAD and t.metric not in {*CORRECTNESS, *PINNED, *POLICY}:
             assert t.unit == metrics.METRICS[t.metric].unit
             # a number from a run or a datasheet, with the margin applied
             assert re.search(r"\d", t.provenance) and ("bench" in t.provenance
@@ -212,7 +213,7 @@ def test_provisional_wording():
         assert "PROVISIONAL" in t.provenance and "8-GPU run" in t.provenance
     for name in ("xe9680-h100", "dl380a-gen12-h200nvl", "dl380a-gen11-h100nvl"):
         ws = [t for t in load_profile(name).thresholds if t.metric in JUDGED_WORKLOAD
-              and t.metric not in {*CORRECTNESS, *PINNED} and t.metric != "gemm.telemetry_ok"]
+              and t.metric not in {*CORRECTNESS, *PINNED, *POLICY}]
         assert ws and all("PROVISIONAL until measured" in t.provenance for t in ws), name
 
 

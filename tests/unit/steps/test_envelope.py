@@ -1,0 +1,242 @@
+"""The power and thermal envelope (rackready/redfish/envelope.py, rackready/steps/envelope.py):
+chassis readings of both Redfish shapes, their summary and measurements judged by the real
+judge against the real profiles, the sampler against a real HTTPS Redfish service, and the
+report's figure."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+
+from rackready.redfish import envelope as rf_env
+from rackready.report.views.figures import envelope_figure
+from rackready.steps import envelope, oob
+from tests.unit.fake_redfish import FakeBMC, make_ca
+from tests.unit.steps.test_oob import PASSWORD, node
+from validation.judge import judge
+from validation.model import CheckResult
+from validation.profile import load_profile
+
+R = "/redfish/v1"
+
+
+class DictClient:
+    """A Redfish service as a dict of resources (what rackready.redfish.client.get returns)."""
+
+    def __init__(self, res: dict[str, dict[str, Any]]) -> None:
+        self.res = res
+        self.root = res[R]
+
+    def get(self, uri: str) -> dict[str, Any]:
+        return copy.deepcopy(self.res[uri])
+
+
+def _ok(health: str = "OK") -> dict[str, str]:
+    return {"Health": health, "State": "Enabled"}
+
+
+def legacy(draw: float = 9800, fan_health: str = "OK", psu_count: int = 6,
+           capacity: float = 2800) -> dict[str, dict[str, Any]]:
+    """An iDRAC-like chassis: Power and Thermal, fans in RPM."""
+    ch = f"{R}/Chassis/System.Embedded.1"
+    return {
+        R: {"Chassis": {"@odata.id": f"{R}/Chassis"}},
+        f"{R}/Chassis": {"Members": [{"@odata.id": ch}]},
+        ch: {"Power": {"@odata.id": f"{ch}/Power"}, "Thermal": {"@odata.id": f"{ch}/Thermal"}},
+        f"{ch}/Power": {
+            "PowerControl": [{"PowerConsumedWatts": draw}],
+            "PowerSupplies": [{"Name": f"PS{i} Status", "SerialNumber": f"CN0{i}",
+                               "PowerCapacityWatts": capacity, "PowerInputWatts": draw / psu_count,
+                               "PowerOutputWatts": draw / psu_count * 0.94, "Status": _ok()}
+                              for i in range(1, psu_count + 1)]},
+        f"{ch}/Thermal": {
+            "Temperatures": [
+                {"Name": "System Board Inlet Temp", "PhysicalContext": "Intake",
+                 "ReadingCelsius": 25, "Status": _ok()},
+                {"Name": "System Board Exhaust Temp", "PhysicalContext": "Exhaust",
+                 "ReadingCelsius": 58, "Status": _ok()},
+                {"Name": "CPU1 Temp", "PhysicalContext": "CPU", "ReadingCelsius": 70,
+                 "Status": _ok()}],
+            "Fans": [{"Name": "Fan1A", "Reading": 12000, "ReadingUnits": "RPM",
+                      "Status": _ok()},
+                     {"Name": "Fan1B", "Reading": 0 if fan_health != "OK" else 11900,
+                      "ReadingUnits": "RPM", "Status": _ok(fan_health)}]},
+    }
+
+
+def subsystem() -> dict[str, dict[str, Any]]:
+    """A chassis with only the newer resources: PowerSubsystem with per-PSU Metrics,
+    EnvironmentMetrics, ThermalSubsystem with ThermalMetrics, fans in percent."""
+    ch = f"{R}/Chassis/1"
+    ps, ts = f"{ch}/PowerSubsystem", f"{ch}/ThermalSubsystem"
+    res: dict[str, dict[str, Any]] = {
+        R: {"Chassis": {"@odata.id": f"{R}/Chassis"}},
+        f"{R}/Chassis": {"Members": [{"@odata.id": ch}]},
+        ch: {"PowerSubsystem": {"@odata.id": ps}, "ThermalSubsystem": {"@odata.id": ts},
+             "EnvironmentMetrics": {"@odata.id": f"{ch}/EnvironmentMetrics"}},
+        f"{ch}/EnvironmentMetrics": {"PowerWatts": {"Reading": 3400}},
+        ps: {"PowerSupplies": {"@odata.id": f"{ps}/PowerSupplies"}},
+        f"{ps}/PowerSupplies": {"Members": [{"@odata.id": f"{ps}/PowerSupplies/{i}"}
+                                           for i in (1, 2, 3, 4)]},
+        ts: {"Fans": {"@odata.id": f"{ts}/Fans"},
+             "ThermalMetrics": {"@odata.id": f"{ts}/ThermalMetrics"}},
+        f"{ts}/Fans": {"Members": [{"@odata.id": f"{ts}/Fans/{i}"} for i in (1, 2)]},
+        f"{ts}/ThermalMetrics": {"TemperatureReadingsCelsius": [
+            {"DeviceName": "01-Inlet Ambient", "PhysicalContext": "Intake", "Reading": 23},
+            {"DeviceName": "40-Exhaust", "PhysicalContext": "Exhaust", "Reading": 47}]},
+    }
+    for i in (1, 2, 3, 4):
+        res[f"{ps}/PowerSupplies/{i}"] = {
+            "Name": f"Power Supply {i}", "SerialNumber": f"5WB0{i}", "PowerCapacityWatts": 2200,
+            "Status": _ok(), "Metrics": {"@odata.id": f"{ps}/PowerSupplies/{i}/Metrics"}}
+        res[f"{ps}/PowerSupplies/{i}/Metrics"] = {"InputPowerWatts": {"Reading": 850},
+                                                 "OutputPowerWatts": {"Reading": 800}}
+    for i in (1, 2):
+        res[f"{ts}/Fans/{i}"] = {"Name": f"Fan {i}", "SpeedPercent": {"Reading": 61},
+                                 "Status": _ok()}
+    return res
+
+
+def _sample(res: dict[str, dict[str, Any]], t: float = 0.0) -> dict[str, Any]:
+    client = DictClient(res)
+    return rf_env.read(client, rf_env.discover(client), t)  # type: ignore[arg-type]
+
+
+def test_legacy_power_and_thermal_are_read():
+    s = _sample(legacy())
+    assert s["power_w"] == 9800 and (s["inlet_c"], s["exhaust_c"]) == (25, 58)
+    assert len(s["psus"]) == 6 and {p["capacity_w"] for p in s["psus"]} == {2800}
+    assert [(f["name"], f["units"]) for f in s["fans"]] == [("Fan1A", "RPM"), ("Fan1B", "RPM")]
+
+
+def test_the_subsystem_shape_is_read_with_fans_in_percent():
+    s = _sample(subsystem())
+    assert s["power_w"] == 3400  # EnvironmentMetrics, the chassis's own total
+    assert (s["inlet_c"], s["exhaust_c"]) == (23, 47)
+    assert [p["output_w"] for p in s["psus"]] == [800] * 4
+    assert {(f["reading"], f["units"]) for f in s["fans"]} == {(61, "Percent")}
+
+
+def _envelope(*samples: dict[str, Any]) -> dict[str, Any]:
+    return {"period_s": 2.0, "count": len(samples), "samples": list(samples),
+            "summary": rf_env.summarize(list(samples))}
+
+
+def _verdicts(env: dict[str, Any] | None, profile: str = "xe9680-h200") -> dict[str, list]:
+    check = CheckResult(check="bmc", status="ok", duration_s=0.1,
+                        measurements=tuple(envelope.measurements(env)), needs=("bmc",))
+    out: dict[str, list] = {}
+    for v in judge([check], load_profile(profile)):
+        if v.metric.startswith(("bmc.envelope", "bmc.power.", "bmc.inlet", "bmc.fan.health_u",
+                                "bmc.psu.health_u")) and v.outcome != "not_applicable":
+            out.setdefault(v.outcome, []).append(v)
+    return out
+
+
+def test_a_healthy_envelope_passes_every_verdict():
+    idle, loaded = _sample(legacy(draw=4700), 0), _sample(legacy(draw=9800), 2)
+    got = _verdicts(_envelope(idle, loaded))
+    assert "fail" not in got
+    passed = {v.metric for v in got["pass"]}
+    assert {"bmc.envelope.samples", "bmc.power.one_lost_load_ratio", "bmc.inlet.peak_c",
+            "bmc.fan.health_under_load", "bmc.psu.health_under_load"} <= passed
+    ratio = next(v for v in got["pass"] if v.metric == "bmc.power.one_lost_load_ratio")
+    assert ratio.value == round(9800 / 14000, 4)  # 6 x 2800 W, the largest lost
+    assert ratio.labels["psus"] == "6 x 2800 W, one lost: 14000 W"
+
+
+def test_a_fan_that_stalled_in_one_sample_fails_naming_it():
+    got = _verdicts(_envelope(_sample(legacy(), 0), _sample(legacy(fan_health="Critical"), 2),
+                              _sample(legacy(), 4)))
+    (v,) = got["fail"]
+    assert v.metric == "bmc.fan.health_under_load" and v.labels["fan"] == "Fan1B"
+    assert v.value == "Critical"
+
+
+def test_a_draw_the_psus_cannot_carry_with_one_lost_fails():
+    # 4 x 2800 W carry 9.8 kW, but not with one lost (8.4 kW)
+    got = _verdicts(_envelope(_sample(legacy(psu_count=4), 0), _sample(legacy(psu_count=4), 2)))
+    (v,) = got["fail"]
+    assert v.metric == "bmc.power.one_lost_load_ratio" and v.value > 1.0
+    assert "one lost: 8400 W" in v.labels["psus"]
+
+
+def test_a_bmc_not_read_while_the_suite_ran_fails_the_envelope():
+    for env in (None, _envelope()):
+        (v,) = _verdicts(env)["fail"]
+        assert v.metric == "bmc.envelope.samples" and v.value == 0
+
+
+def test_unreported_psu_capacity_is_a_reading_that_could_not_be_made():
+    res = legacy()
+    for p in res[f"{R}/Chassis/System.Embedded.1/Power"]["PowerSupplies"]:
+        del p["PowerCapacityWatts"]
+    got = _verdicts(_envelope(_sample(res, 0), _sample(res, 2)))
+    (v,) = got["fail"]
+    assert v.metric == "bmc.power.one_lost_load_ratio" and v.value is None
+    assert "not reported" in v.labels["psus"]
+
+
+def test_thinning_keeps_the_ends_and_the_summary_every_sample():
+    samples = [dict(_sample(legacy(draw=5000 + i)), t=float(i)) for i in range(1000)]
+    kept = rf_env.thin(samples, keep=50)
+    assert len(kept) == 50 and kept[0]["t"] == 0 and kept[-1]["t"] == 999
+    assert rf_env.summarize(samples)["peak_power_w"] == 5999
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+def test_the_sampler_reads_a_real_https_bmc_while_the_suite_runs(certs):
+    bmc = FakeBMC(certs, "dell", password=PASSWORD)
+    try:
+        target = node("gpu01", bmc.address, str(certs[0]))
+        sampler = envelope.Sampler(target, period_s=0.05).start()
+        time.sleep(0.4)
+        rec = sampler.stop()
+    finally:
+        bmc.close()
+    assert rec["problem"] == "" and rec["count"] >= 3 and rec["failed_reads"] == 0
+    assert all(len(s["psus"]) == 6 and s["inlet_c"] == 24 for s in rec["samples"])
+    # the record is what oob.collect turns into the check's measurements
+    names = {m.name for m in envelope.measurements(rec)}
+    assert {"bmc.envelope.samples", "bmc.inlet.peak_c", "bmc.psu.health_under_load",
+            "bmc.fan.health_under_load"} <= names
+
+
+def test_a_node_without_a_bmc_is_sampled_not_at_all_and_says_why():
+    rec = envelope.Sampler(node("gpu01", None, None)).start().stop()
+    assert rec["count"] == 0 and "rackready_bmc_address" in rec["problem"]
+
+
+def test_collect_adds_the_envelope_to_the_bmc_check(certs, tmp_path):
+    bmc = FakeBMC(certs, "dell", password=PASSWORD)
+    try:
+        env = _envelope(_sample(legacy(psu_count=4), 0))
+        rec = oob.collect(node("gpu01", bmc.address, str(certs[0])), baseline_dir=tmp_path,
+                          timeout=5, envelope=env)
+    finally:
+        bmc.close()
+    names = [m["name"] for m in rec["check"]["measurements"]]
+    assert "bmc.power.one_lost_load_ratio" in names and rec["envelope"] is env
+
+
+def test_the_report_figure_plots_draw_against_capacity_and_air_against_the_limit():
+    env = _envelope(_sample(legacy(draw=4700), 0), _sample(legacy(draw=9800), 2))
+    doc = {"bmc": {"envelope": rf_env.series(env)},
+           "thresholds": [{"metric": "bmc.inlet.peak_c", "op": "<=", "value": 35,
+                           "labels": {}}]}
+    fig = envelope_figure(doc)
+    assert fig is not None
+    power, air, fans = fig.panels
+    assert power.lines[0].points == [(0.0, 4700.0), (2.0, 9800.0)]
+    assert power.hlines[0].value == 14000
+    assert [line.label for line in air.lines] == ["inlet", "exhaust"]
+    assert air.hlines[0].value == 35
+    assert fans.y_label == "RPM" and fans.lines[0].points[0] == (0.0, 11900.0)
+    assert envelope_figure({"bmc": {}}) is None
