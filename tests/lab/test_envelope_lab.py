@@ -1,0 +1,65 @@
+"""The power and thermal envelope on the lab: `invoke validate` samples each node's BMC while
+its burn-in runs; the lab BMC's readings follow the node's real load (its processes' CPU
+time), so the draw rises under the burn-in; a fan that stalls and a PSU that drops out only
+under load fail the node naming the part.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rackready.lab import lab
+from tests.lab.test_bmc_lab import _invoke
+
+pytestmark = pytest.mark.lab
+
+ENVELOPE = ("bmc.envelope.samples", "bmc.power.one_lost_load_ratio", "bmc.inlet.peak_c",
+            "bmc.fan.health_under_load", "bmc.psu.health_under_load")
+
+
+def _validate(tmp_path, node: str, name: str) -> dict:
+    """The quick burn-in alone (15 s of CPU GEMM on a lab node) with the BMC sampled beside
+    it; a narrowed run is PARTIAL (exit 1) even when everything passed."""
+    out = tmp_path / name
+    done = _invoke("validate", "--node", node, "--inventory", "lab", "--level", "quick",
+                   "--only", "gemm_burnin", "--out", str(out), "--report-formats", "json,html")
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((out / node / "judgement.json").read_text())
+
+
+def _envelope_verdicts(j: dict, outcome: str) -> list[dict]:
+    return [v for v in j["verdicts"] if v["metric"] in ENVELOPE and v["outcome"] == outcome]
+
+
+def test_the_draw_follows_the_burn_in_and_a_healthy_envelope_passes(provisioned_lab, tmp_path):
+    node = "lab-gpu01"
+    lab.heal(node)
+    j = _validate(tmp_path, node, "healthy")
+    assert _envelope_verdicts(j, "fail") == []
+    assert {v["metric"] for v in _envelope_verdicts(j, "pass")} == set(ENVELOPE)
+    env = j["bmc"]["envelope"]
+    power = [p for p in env["power_w"] if p is not None]
+    assert env["count"] >= 5 and len(power) == len(env["t_s"])
+    # the burn-in keeps the node's CPU busy: its chassis draw rises well above idle
+    assert max(power) > min(power) * 1.3, power
+    assert env["one_lost_capacity_w"] > max(power)
+    html = (tmp_path / "healthy" / "report" / f"node-{node}.html").read_text()
+    assert "Power and thermal envelope" in html
+
+
+@pytest.mark.parametrize("node,kind,metric,words", [
+    ("lab-gpu01", "fan-fails-under-load", "bmc.fan.health_under_load", ("Fan",)),
+    ("lab-gpu02", "psu-fails-under-load", "bmc.psu.health_under_load", ("serial",)),
+])
+def test_a_part_that_fails_only_under_load_fails_the_node_naming_it(provisioned_lab, tmp_path,
+                                                                   node, kind, metric, words):
+    lab.fault(node, kind)
+    try:
+        j = _validate(tmp_path, node, kind)
+    finally:
+        lab.heal(node)
+    assert j["outcome"] == "FAIL"
+    bad = [v for v in _envelope_verdicts(j, "fail") if v["metric"] == metric]
+    assert bad and all(w in bad[0]["message"] for w in words), _envelope_verdicts(j, "fail")
