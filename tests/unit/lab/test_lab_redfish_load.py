@@ -91,6 +91,7 @@ def test_power_and_thermal_follow_the_load(bmc: LoadedBmc) -> None:
     assert draw1 <= sum(caps) - max(caps)
     consumed = p1["PowerControl"][0]["PowerConsumedWatts"]
     assert consumed == pytest.approx(draw1 / 0.94, abs=len(psus))  # the input: output / eff.
+    assert consumed <= sum(caps) - max(caps)  # the AC input fits the PSUs less one, too
     if bmc.vendor == "dell":  # iDRAC: input and output per PSU, RPM fans
         assert sum(p["PowerInputWatts"] for p in psus) == consumed
         assert all("LastPowerOutputWatts" not in p for p in psus)
