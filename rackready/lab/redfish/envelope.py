@@ -169,3 +169,49 @@ def observe(state: dict[str, Any], u: float) -> list[dict[str, Any]]:
         f.setdefault("log_entries", []).append([log, entry["Id"]])
         new.append(entry)
     return new
+
+
+def thermal_subsystem(state: dict[str, Any], path: str, u: float) -> dict[str, Any] | None:
+    """iLO's ThermalSubsystem (Fans collection, each Fan, ThermalMetrics) at load u: the
+    same fans and temperatures as the legacy Thermal, in the newer schema; None when path
+    is not one of them or the vendor does not serve it (data: thermal_subsystem)."""
+    from .tree import collection, paths_of, ref
+
+    chassis = paths_of(state).chassis
+    base = f"{chassis}/ThermalSubsystem"
+    if not vendor_data(state["vendor"]).get("thermal_subsystem") or \
+            not (path == base or path.startswith(base + "/")):
+        return None
+    legacy = thermal(state, state["resources"][f"{chassis}/Thermal"], u)
+    fans = {str(int(f["MemberId"]) + 1): f for f in legacy["Fans"]}
+    if path == base:
+        return {"@odata.id": base, "@odata.type": "#ThermalSubsystem.v1_3_2.ThermalSubsystem",
+                "Id": "ThermalSubsystem", "Name": "Thermal Subsystem",
+                "Fans": ref(f"{base}/Fans"), "ThermalMetrics": ref(f"{base}/ThermalMetrics"),
+                "Status": {"Health": _worst(f["Status"]["Health"] for f in legacy["Fans"]),
+                           "State": "Enabled"}}
+    if path == f"{base}/Fans":
+        return collection(path, "FanCollection", "Fan Collection",
+                          [f"{path}/{n}" for n in fans])
+    if path == f"{base}/ThermalMetrics":
+        temps = legacy["Temperatures"]
+        inlet = next((t for t in temps if t["PhysicalContext"] == "Intake"), None)
+        return {"@odata.id": path, "@odata.type": "#ThermalMetrics.v1_3_1.ThermalMetrics",
+                "Id": "ThermalMetrics", "Name": "Chassis Thermal Metrics",
+                "TemperatureReadingsCelsius": [
+                    {"DeviceName": t["Name"], "PhysicalContext": t["PhysicalContext"],
+                     "Reading": t["ReadingCelsius"]} for t in temps],
+                "TemperatureReadingsCelsius@odata.count": len(temps),
+                **({"TemperatureSummaryCelsius": {"Ambient": {
+                    "Reading": inlet["ReadingCelsius"]}}} if inlet else {})}
+    n = path.rsplit("/", 1)[1]
+    if path == f"{base}/Fans/{n}" and n in fans:
+        f = fans[n]
+        return {"@odata.id": path, "@odata.type": "#Fan.v1_5_1.Fan", "Id": n,
+                "Name": f["Name"], "PhysicalContext": f["PhysicalContext"], "HotPluggable": True,
+                "SpeedPercent": {"Reading": f["Reading"]}, "Status": dict(f["Status"])}
+    return None
+
+
+def _worst(healths: Any) -> str:
+    return max(healths, key=lambda h: _HEALTH_ORDER.get(h, 0), default="OK")

@@ -167,6 +167,10 @@ def render(state: dict[str, Any], path: str, sessions: list[dict[str, Any]] | No
     if path in (f"{p.chassis}/Power", f"{p.chassis}/Thermal") and res is not None:
         u = load_of(state) if load is None else envelope.clamp(load)
         return (envelope.power if path.endswith("/Power") else envelope.thermal)(state, res, u)
+    if path.startswith(f"{p.chassis}/ThermalSubsystem"):
+        sub = envelope.thermal_subsystem(state, path, load_of(state) if load is None else load)
+        if sub is not None:
+            return sub
     if path == p.manager:  # the BMC's clock, read by the bios role at provisioning
         return {**copy.deepcopy(res), "DateTime": now_iso()}
     if path == p.sessions:

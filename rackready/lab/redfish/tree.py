@@ -202,6 +202,8 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
         SKU=serial if dell else facts["sku"], SerialNumber=board_serial if dell else serial,
         PartNumber="0XE968A01" if dell else facts["sku"], PowerState="On", Status=ok(),
         Power=ref(f"{p.chassis}/Power"), Thermal=ref(f"{p.chassis}/Thermal"),
+        **({"ThermalSubsystem": ref(f"{p.chassis}/ThermalSubsystem")}
+           if v.get("thermal_subsystem") else {}),
         Links={"ComputerSystems": [ref(p.system)], "ManagedBy": [ref(p.manager)]})
     ps = v["power_supplies"]
     psus = []

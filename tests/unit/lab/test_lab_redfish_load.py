@@ -114,6 +114,42 @@ def test_power_and_thermal_follow_the_load(bmc: LoadedBmc) -> None:
     assert all(f["Reading"] > f["LowerThresholdNonCritical"] for f in t0["Fans"])
 
 
+def test_ilo_thermal_subsystem_follows_the_load_and_the_faults(tmp_path: Path) -> None:
+    b = LoadedBmc(tmp_path, "hpe")
+    try:
+        chassis = b.get(b.chassis)
+        assert "ThermalSubsystem" in chassis
+        sub = b.get(chassis["ThermalSubsystem"]["@odata.id"])
+
+        def fans() -> list[dict[str, Any]]:
+            return [b.get(m["@odata.id"]) for m in b.get(sub["Fans"]["@odata.id"])["Members"]]
+
+        def metrics() -> dict[str, Any]:
+            return b.get(sub["ThermalMetrics"]["@odata.id"])
+
+        idle, idle_t = fans(), metrics()
+        assert [f["Name"] for f in idle] == [f["Name"] for f in b.thermal()["Fans"]]
+        name = b.fault("fan-fails-under-load", "Fan 2")["component"]["name"]
+        b.u = 1.0
+        full, full_t = fans(), metrics()
+        legacy = {f["Name"]: f for f in b.thermal()["Fans"]}
+        for f0, f1 in zip(idle, full, strict=True):
+            assert f1["@odata.type"].startswith("#Fan.") and f1["Status"] == legacy[
+                f1["Name"]]["Status"]
+            if f1["Name"] == name:
+                assert f1["SpeedPercent"]["Reading"] == 0 and f1["Status"]["Health"] == "Critical"
+            else:
+                assert f1["SpeedPercent"]["Reading"] == legacy[f1["Name"]]["Reading"] > \
+                    f0["SpeedPercent"]["Reading"]
+        exhaust = [[t["Reading"] for t in m["TemperatureReadingsCelsius"]
+                    if t["PhysicalContext"] == "Exhaust"][0] for m in (idle_t, full_t)]
+        assert exhaust[1] - exhaust[0] >= 15
+        assert full_t["TemperatureSummaryCelsius"]["Ambient"]["Reading"] <= \
+            idle_t["TemperatureSummaryCelsius"]["Ambient"]["Reading"] + 2
+    finally:
+        b.stop()
+
+
 def test_rendering_is_deterministic_for_a_given_load(bmc: LoadedBmc) -> None:
     bmc.u = 0.37
     assert bmc.power() == bmc.power() and bmc.thermal() == bmc.thermal()
