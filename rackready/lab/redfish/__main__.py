@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--key", required=True, type=Path, help="its private key (PEM)")
     serve.add_argument("--credentials", required=True, type=Path,
                        help="JSON file with the account's user and password")
-    serve.add_argument("--node", help="lab node a ComputerSystem.Reset power-cycles")
+    serve.add_argument("--node", help="lab node a ComputerSystem.Reset power-cycles and "
+                       "whose CPU activity is the load Power and Thermal follow")
     reboot = sub.add_parser("host-reboot", help="power-cycle a lab node (after a BMC reset)")
     reboot.add_argument("node")
     args = parser.parse_args(argv)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     on_reset = ([sys.executable, "-m", "rackready.lab.redfish", "host-reboot", args.node]
                 if args.node else None)
     service = BmcService(args.state, args.bind, args.port, args.cert, args.key,
-                         creds["user"], creds["password"], on_reset)
+                         creds["user"], creds["password"], on_reset, node=args.node)
     signal.signal(signal.SIGTERM, lambda *_: service.stop())
     print(f"lab BMC on https://{args.bind}:{args.port}/redfish/v1 ({args.state})",
           file=sys.stderr, flush=True)

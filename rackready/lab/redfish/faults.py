@@ -13,6 +13,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from .envelope import FAN_UNDER_LOAD, PSU_UNDER_LOAD, TRIP_U
 from .resources import add_log, dependents
 from .tree import paths_of, vendor_data
 
@@ -42,20 +43,33 @@ def _power(state: dict[str, Any]) -> dict[str, Any]:
     return state["resources"][f"{paths_of(state).chassis}/Power"]
 
 
+def _psu(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    psus = _power(state)["PowerSupplies"]
+    if target is None:
+        return psus[-1]
+    psu = next((x for x in psus if target in (str(int(x["MemberId"]) + 1),
+                                               x["SerialNumber"], x["Name"])), None)
+    if psu is None:
+        raise FaultError(f"no power supply {target!r} on {state['node']} "
+                         f"(slot 1-{len(psus)}, serial or name)")
+    return psu
+
+
+def _fan(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    fans = state["resources"][f"{paths_of(state).chassis}/Thermal"]["Fans"]
+    fan = fans[0] if target is None else next(
+        (f for f in fans if target in (f["Name"], f["MemberId"])), None)
+    if fan is None:
+        names = ", ".join(f["Name"] for f in fans)
+        raise FaultError(f"no fan {target!r} on {state['node']} (fans: {names})")
+    return fan
+
+
 def _psu_redundancy_lost(state: dict[str, Any], target: str | None) -> dict[str, Any]:
     power = _power(state)
-    psus = power["PowerSupplies"]
-    if target is None:
-        psu = psus[-1]
-    else:
-        psu = next((x for x in psus if target in (str(int(x["MemberId"]) + 1),
-                                                   x["SerialNumber"], x["Name"])), None)
-        if psu is None:
-            raise FaultError(f"no power supply {target!r} on {state['node']} "
-                             f"(slot 1-{len(psus)}, serial or name)")
+    psu = _psu(state, target)
     slot = int(psu["MemberId"]) + 1
-    psu.update(LineInputVoltage=0, LastPowerOutputWatts=0,
-               Status={"Health": "Critical", "State": "Enabled"})
+    psu.update(LineInputVoltage=0, Status={"Health": "Critical", "State": "Enabled"})
     for red in power["Redundancy"]:
         red["Status"] = {"Health": "Critical", "State": "Enabled"}
     sel = _vendor(state)["sel"]
@@ -73,12 +87,7 @@ def _psu_redundancy_lost(state: dict[str, Any], target: str | None) -> dict[str,
 
 
 def _fan_failed(state: dict[str, Any], target: str | None) -> dict[str, Any]:
-    fans = state["resources"][f"{paths_of(state).chassis}/Thermal"]["Fans"]
-    fan = fans[0] if target is None else next(
-        (f for f in fans if target in (f["Name"], f["MemberId"])), None)
-    if fan is None:
-        names = ", ".join(f["Name"] for f in fans)
-        raise FaultError(f"no fan {target!r} on {state['node']} (fans: {names})")
+    fan = _fan(state, target)
     fan.update(Reading=0, Status={"Health": "Critical", "State": "Enabled"})
     sel = _vendor(state)["sel"]["fan"]
     log = _event_log(state)
@@ -88,6 +97,33 @@ def _fan_failed(state: dict[str, Any], target: str | None) -> dict[str, Any]:
             "description": f"fan {fan['Name']}: 0 RPM, below its lower critical threshold "
                            f"({fan['LowerThresholdCritical']} RPM)",
             "log_entries": [(log, entry["Id"])]}
+
+
+# Under load: the part reads healthy at idle and fails while the node's load is at or
+# above envelope.TRIP_U (rendered from the record, envelope.py); its one log entry is
+# written the first time it trips (envelope.observe) and listed in the record's
+# log_entries, so heal() removes it.
+
+def _fan_fails_under_load(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # default: a fan in the middle of the wall (the first one is fan-failed's default)
+    fans = state["resources"][f"{paths_of(state).chassis}/Thermal"]["Fans"]
+    fan = _fan(state, target or fans[len(fans) // 2]["Name"])
+    unit = fan["ReadingUnits"]
+    return {"component": {"type": "fan", "name": fan["Name"]},
+            "description": f"fan {fan['Name']}: stalls under load (u >= {TRIP_U}): 0 {unit}, "
+                           f"below its lower critical threshold "
+                           f"({fan['LowerThresholdCritical']} {unit})",
+            "tripped": False, "log_entries": []}
+
+
+def _psu_fails_under_load(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    psu = _psu(state, target)
+    slot = int(psu["MemberId"]) + 1
+    return {"component": {"type": "psu", "slot": slot, "name": psu["Name"],
+                          "serial": psu["SerialNumber"], "model": psu["Model"]},
+            "description": f"power supply {slot} serial {psu['SerialNumber']}: fails under "
+                           f"load (u >= {TRIP_U}): output 0, the others carry the draw",
+            "tripped": False, "log_entries": []}
 
 
 def _sel_critical_entry(state: dict[str, Any], target: str | None) -> dict[str, Any]:
@@ -140,6 +176,8 @@ def _bmc_unreachable(state: dict[str, Any], target: str | None) -> dict[str, Any
 FAULTS: dict[str, FaultFn] = {
     "psu-redundancy-lost": _psu_redundancy_lost,
     "fan-failed": _fan_failed,
+    FAN_UNDER_LOAD: _fan_fails_under_load,
+    PSU_UNDER_LOAD: _psu_fails_under_load,
     "sel-critical-entry": _sel_critical_entry,
     "bios-drift": _bios_drift,
     "bmc-unreachable": _bmc_unreachable,

@@ -14,6 +14,7 @@ import copy
 import time
 from typing import Any
 
+from . import envelope
 from .tree import ROOT, collection, now_iso, paths_of, ref, vendor_data
 
 BASE = "Base.1.12"
@@ -143,8 +144,15 @@ def add_log(state: dict[str, Any], service: str, severity: str, message_id: str,
 
 # --- GET ------------------------------------------------------------------------
 
+def load_of(state: dict[str, Any], measured: float = 0.0) -> float:
+    """The node's load fraction: the state's override when set, else what was measured."""
+    override = (state.get("load") or {}).get("override")
+    return envelope.clamp(measured if override is None else override)
+
+
 def render(state: dict[str, Any], path: str, sessions: list[dict[str, Any]] | None = None,
-           user: str = "") -> dict[str, Any]:
+           user: str = "", load: float | None = None) -> dict[str, Any]:
+    """GET of path; load is the node's load fraction (None: the state's override or 0)."""
     path = resolve(state, path)
     p = paths_of(state)
     v = vendor_data(state["vendor"])
@@ -156,6 +164,13 @@ def render(state: dict[str, Any], path: str, sessions: list[dict[str, Any]] | No
         # iDRAC shows only what is pending; iLO shows the whole next-boot set.
         attrs = dict(bios["pending"]) if v["jobs"] else {**bios["current"], **bios["pending"]}
         return {**copy.deepcopy(res), "Attributes": attrs}
+    if path in (f"{p.chassis}/Power", f"{p.chassis}/Thermal") and res is not None:
+        u = load_of(state) if load is None else envelope.clamp(load)
+        return (envelope.power if path.endswith("/Power") else envelope.thermal)(state, res, u)
+    if path.startswith(f"{p.chassis}/ThermalSubsystem"):
+        sub = envelope.thermal_subsystem(state, path, load_of(state) if load is None else load)
+        if sub is not None:
+            return sub
     if path == p.manager:  # the BMC's clock, read by the bios role at provisioning
         return {**copy.deepcopy(res), "DateTime": now_iso()}
     if path == p.sessions:

@@ -6,6 +6,11 @@ echoed (a failed login is recorded as the BMCs do: user and address only).
 While the state says `unreachable` (lab fault bmc-unreachable) the service
 closes its listening socket, so connections are refused, and binds again once
 healed.
+
+Chassis Power and Thermal follow the node's load fraction u (envelope.py): the state's
+load.override when set, else the `load` callable given, else what a LoadSampler measures
+of the node's container (load.py) when a node is named, else 0. A watch thread lets the
+under-load faults write their log entry when they trip, read or not.
 """
 
 from __future__ import annotations
@@ -22,16 +27,19 @@ import ssl
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from . import envelope, store
 from . import resources as rf
-from . import store
+from .load import LoadSampler, node_pids
 from .tree import ROOT, vendor_data
 
 MAX_BODY = 1 << 20
 POLL_S = 0.2
+LOAD_PERIOD_S = 1.0  # how often the BMC measures the node's load
 PUBLIC_GET = {"/redfish", ROOT, f"{ROOT}/odata", f"{ROOT}/$metadata"}
 SESSIONS = f"{ROOT}/SessionService/Sessions"
 TASK_MONITORS = f"{ROOT}/TaskService/TaskMonitors"
@@ -55,7 +63,10 @@ class BmcService:
     """One BMC: call serve() in a thread or process; stop() ends it."""
 
     def __init__(self, state_path: Path, host: str, port: int, certfile: Path, keyfile: Path,
-                 user: str, password: str, on_reset: list[str] | None = None) -> None:
+                 user: str, password: str, on_reset: list[str] | None = None,
+                 load: Callable[[], float] | None = None, node: str | None = None) -> None:
+        """load: returns the node's load fraction u (tests); node: the lab node whose
+        container's CPU time gives u when load is not given."""
         self.state_path = Path(state_path)
         self.host, self.port = host, port
         self.user, self._password = user, password
@@ -68,6 +79,47 @@ class BmcService:
         self.ready = threading.Event()  # set whenever the socket listens
         self._stop = threading.Event()
         self._flag_cache: tuple[int, bool] = (-1, False)
+        self._load_fn = load
+        self.sampler: LoadSampler | None = None
+        if load is None and node:
+            from rackready.lab.config import NodeSpec
+
+            pidfile = NodeSpec(node, 0, "", "").dir / "nspawn.pid"
+            self.sampler = LoadSampler(node_pids(pidfile), LOAD_PERIOD_S)
+        self._armed_cache: tuple[int, bool] = (-1, False)
+
+    # --- load ----------------------------------------------------------------------
+    def measured_load(self) -> float:
+        if self._load_fn is not None:
+            return envelope.clamp(self._load_fn())
+        return self.sampler.u if self.sampler is not None else 0.0
+
+    def load(self, state: dict[str, Any]) -> float:
+        """u as the BMC reports it: the state's override, else the measured load."""
+        return rf.load_of(state, self.measured_load())
+
+    def _armed(self) -> bool:
+        """Whether the state holds an under-load fault yet to trip (the file is re-read
+        only when it changed)."""
+        try:
+            mtime = os.stat(self.state_path).st_mtime_ns
+        except FileNotFoundError:
+            return False
+        if mtime != self._armed_cache[0]:
+            state = json.loads(self.state_path.read_text())
+            armed = any(f["kind"] in envelope.UNDER_LOAD and not f.get("tripped")
+                        for f in state.get("faults", []))
+            self._armed_cache = (mtime, armed)
+        return self._armed_cache[1]
+
+    def _watch_load(self) -> None:
+        while not self._stop.wait(LOAD_PERIOD_S):
+            try:
+                if self._armed():
+                    with store.locked(self.state_path) as state:
+                        envelope.observe(state, self.load(state))
+            except (OSError, ValueError) as exc:
+                sys.stderr.write(f"load watch: {exc!r}\n")
 
     # --- lifecycle ---------------------------------------------------------------
     def unreachable(self) -> bool:
@@ -96,6 +148,9 @@ class BmcService:
         return httpd
 
     def serve(self) -> None:
+        if self.sampler is not None:
+            self.sampler.start()
+        threading.Thread(target=self._watch_load, name="bmc-load-watch", daemon=True).start()
         while not self._stop.is_set():
             if self.unreachable():
                 self.ready.clear()
@@ -117,6 +172,8 @@ class BmcService:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.sampler is not None:
+            self.sampler.stop()
 
     # --- authentication ---------------------------------------------------------
     def check(self, user: str, password: str) -> bool:
@@ -275,7 +332,9 @@ class RedfishHandler(BaseHTTPRequestHandler):
                 status, body = rf.task_monitor(state, path)
                 hdr = {"Location": path} if status == 202 else {}
                 return self._send(status, body, hdr)
-            body = rf.render(state, path, self.bmc.session_list(), self.bmc.user)
+            u = self.bmc.load(state)
+            envelope.observe(state, u)  # an under-load fault trips as the BMC reads
+            body = rf.render(state, path, self.bmc.session_list(), self.bmc.user, u)
         self._send(200, body, {"ETag": etag(body)})
 
     _do_HEAD = _do_GET
@@ -285,7 +344,8 @@ class RedfishHandler(BaseHTTPRequestHandler):
         with store.locked(self.bmc.state_path) as state:
             match = self.headers.get("If-Match")
             if match and match != "*" and match != etag(rf.render(
-                    state, path, self.bmc.session_list(), self.bmc.user)):
+                    state, path, self.bmc.session_list(), self.bmc.user,
+                    self.bmc.load(state))):
                 raise rf.RedfishError(412, f"{rf.BASE}.PreconditionFailed", "The ETag "
                                       "supplied did not match the ETag required to change "
                                       "this resource.", [], "Try the operation again using "

@@ -73,6 +73,10 @@ class Paths:
 
 def build(hw: dict[str, Any]) -> dict[str, Any]:
     """The BMC state of one lab node: resources, BIOS, jobs, logs (JSON)."""
+    from .envelope import model as envelope_model
+    from .envelope import power as envelope_power
+    from .envelope import thermal as envelope_thermal
+
     vendor_file = VENDOR_FILES[hw["chassis"]["vendor"]]
     v = vendor_data(vendor_file)
     p = Paths(v)
@@ -198,6 +202,8 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
         SKU=serial if dell else facts["sku"], SerialNumber=board_serial if dell else serial,
         PartNumber="0XE968A01" if dell else facts["sku"], PowerState="On", Status=ok(),
         Power=ref(f"{p.chassis}/Power"), Thermal=ref(f"{p.chassis}/Thermal"),
+        **({"ThermalSubsystem": ref(f"{p.chassis}/ThermalSubsystem")}
+           if v.get("thermal_subsystem") else {}),
         Links={"ComputerSystems": [ref(p.system)], "ManagedBy": [ref(p.manager)]})
     ps = v["power_supplies"]
     psus = []
@@ -208,7 +214,8 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
                      "SerialNumber": ps["serial_prefix"] + _serial(node, "psu", i, digits=8),
                      "FirmwareVersion": str(ps["firmware"]),
                      "PowerCapacityWatts": ps["capacity_w"], "PowerSupplyType": "AC",
-                     "LineInputVoltage": 230, "LastPowerOutputWatts": 1180,
+                     "LineInputVoltage": 230, "LineInputVoltageType": ps["line_input_type"],
+                     **({} if dell else {"Oem": {"Hpe": {"BayNumber": i + 1}}}),
                      "Status": {"Health": "OK", "State": "Enabled"}})
     redundancy = [{"@odata.id": f"{p.chassis}/Power#/Redundancy/0", "MemberId": "0",
                    "Name": "System Board PS Redundancy" if dell else "PowerSupply Redundancy",
@@ -225,11 +232,12 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
     add(f"{p.chassis}/Power", "#Power.v1_7_1.Power", Id="Power", Name="Power",
         PowerSupplies=psus, Redundancy=redundancy, Voltages=volts,
         PowerControl=[{"@odata.id": f"{p.chassis}/Power#/PowerControl/0", "MemberId": "0",
-                       "Name": "System Power Control", "PowerConsumedWatts": 4720,
+                       "Name": "System Power Control", "PowerConsumedWatts": 0,
                        "PowerCapacityWatts": ps["capacity_w"] * ps["min_needed"]}])
     fan = v["fans"]
     fans = [{"@odata.id": f"{p.chassis}/Thermal#/Fans/{i}", "MemberId": str(i),
-             "Name": name, "Reading": fan["rpm"] - 40 * i, "ReadingUnits": "RPM",
+             "Name": name, "Reading": fan["idle"] - fan["step"] * i,
+             "ReadingUnits": fan["units"],
              "LowerThresholdCritical": fan["lower_critical"],
              "LowerThresholdNonCritical": fan["lower_warning"], "PhysicalContext": "SystemBoard",
              "Status": {"Health": "OK", "State": "Enabled"}}
@@ -243,7 +251,8 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
     temps += [{"@odata.id": f"{p.chassis}/Thermal#/Temperatures/{base + k}",
                "MemberId": str(base + k), "Name": f"GPU{g['index'] + 1} Temp",
                "ReadingCelsius": g["temp_c"], "PhysicalContext": "GPU",
-               "UpperThresholdNonCritical": 87, "UpperThresholdCritical": 92,
+               "UpperThresholdNonCritical": v["gpu_temperature"]["warn"],
+               "UpperThresholdCritical": v["gpu_temperature"]["crit"],
                "Status": {"Health": "OK", "State": "Enabled"}} for k, g in enumerate(gpus)]
     add(f"{p.chassis}/Thermal", "#Thermal.v1_7_1.Thermal", Id="Thermal", Name="Thermal",
         Fans=fans, Temperatures=temps)
@@ -328,7 +337,14 @@ def build(hw: dict[str, Any]) -> dict[str, Any]:
         "schema": SCHEMA, "node": node, "platform": hw["platform"], "vendor": vendor_file,
         "resources": r, "bios": {"current": attrs, "pending": {}}, "jobs": [], "logs": logs,
         "next_id": {"job": 1, "log": 1}, "boots": 0, "unreachable": False, "faults": [],
+        # load: the node's load fraction u as the BMC sees it; override (a number in
+        # [0, 1], or null) fixes it for tests and demos, else the BMC measures it
+        "load": {"override": None},
     }
+    state["envelope"] = envelope_model(hw, v, r, p.chassis)
+    for path, render in ((f"{p.chassis}/Power", envelope_power),
+                         (f"{p.chassis}/Thermal", envelope_thermal)):
+        r[path] = render(state, r[path], 0.0)  # stored as at idle
     state["pristine"] = pristine(state)
     return state
 

@@ -29,13 +29,17 @@ USER, PASSWORD = "root", "lab-Secret-9f3c1e77"
 
 
 class Bmc:
-    def __init__(self, tmp: Path, platform: str) -> None:
+    """One lab BMC in a thread; service_kw go to BmcService (load=..., node=...)."""
+
+    def __init__(self, tmp: Path, platform: str, **service_kw: Any) -> None:
         ca.ensure_ca(tmp)
         cert, key = ca.issue(tmp, "bmc", "127.0.0.1")
         self.cafile = tmp / "ca.pem"
         self.state_path = tmp / "state.json"
-        store.write(self.state_path, build(build_state(platform, "lab-gpu01")))
-        self.service = BmcService(self.state_path, "127.0.0.1", 0, cert, key, USER, PASSWORD)
+        self.hw = build_state(platform, "lab-gpu01")
+        store.write(self.state_path, build(self.hw))
+        self.service = BmcService(self.state_path, "127.0.0.1", 0, cert, key, USER, PASSWORD,
+                                  **service_kw)
         self.thread = threading.Thread(target=self.service.serve, daemon=True)
         self.thread.start()
         assert self.service.ready.wait(10)
