@@ -240,3 +240,42 @@ def test_the_report_figure_plots_draw_against_capacity_and_air_against_the_limit
     assert air.hlines[0].value == 35
     assert fans.y_label == "RPM" and fans.lines[0].points[0] == (0.0, 11900.0)
     assert envelope_figure({"bmc": {}}) is None
+
+
+# --- against the lab's own BMC (rackready/lab/redfish), its readings following u ---------
+
+@pytest.mark.parametrize("vendor,kind,metric,named", [
+    ("dell", "fan-fails-under-load", "bmc.fan.health_under_load", "fan"),
+    ("hpe", "psu-fails-under-load", "bmc.psu.health_under_load", "psu"),
+])
+def test_a_part_failing_under_load_is_caught_by_the_sampling_alone(tmp_path, vendor, kind,
+                                                                   metric, named):
+    from rackready.lab.redfish import store
+    from tests.unit.lab.test_bmc_integration import LabBmc
+
+    lab_bmc = LabBmc(tmp_path / vendor, vendor)
+    try:
+        lab_bmc.fault(kind)
+        target = lab_bmc.node_entry()
+        sampler = envelope.Sampler(target, period_s=0.05).start()
+        time.sleep(0.2)  # idle: the part is fine
+        with store.locked(lab_bmc.state_path) as state:
+            state["load"]["override"] = 1.0  # the burn-in
+        time.sleep(0.3)
+        with store.locked(lab_bmc.state_path) as state:
+            state["load"]["override"] = 0.0  # the run is over
+        time.sleep(0.2)
+        rec = sampler.stop()
+        after = oob.collect(target, baseline_dir=lab_bmc.baseline, timeout=5, envelope=rec)
+    finally:
+        lab_bmc.stop()
+    powers = [s["power_w"] for s in rec["samples"]]
+    assert max(powers) > 2 * min(powers)  # the draw followed the load
+    verdicts = judge([CheckResult.from_dict(after["check"])],
+                     load_profile(f"{lab_bmc.platform}-lab"))
+    bad = [v for v in verdicts if v.outcome == "fail" and v.metric == metric]
+    assert len(bad) == 1 and bad[0].value == "Critical", bad
+    # idle again at the end: the BMC's own after-run reading of that part is healthy
+    idle_metric = metric.replace("_under_load", "")
+    assert not [v for v in verdicts if v.metric == idle_metric and v.outcome == "fail"
+                and v.labels.get(named) == bad[0].labels.get(named)]
