@@ -391,7 +391,7 @@ def test_the_sampler_thread_runs_and_stops() -> None:
         busy.wait()
 
 
-# --- what the controller's out-of-band step makes of it --------------------------------
+# --- what the controller's out-of-band reading makes of it -----------------------------
 
 @pytest.mark.parametrize("kind,metric,label", [
     (None, None, None),
