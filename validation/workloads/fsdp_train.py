@@ -4,7 +4,8 @@
         -m validation.workloads.fsdp_train --out DIR --shape llama3-8b --steps 20
 
 fully_shard as torchtitan v0.2.2 groups it (embedding, each block, norm with
-output, root) with MixedPrecisionPolicy(bf16 params, fp32 reduce); attention
+output, root) with MixedPrecisionPolicy(bf16 params, fp32 reduce); on a single CUDA
+rank, as torchtitan there, no FSDP: the fp32 module under bf16 autocast; attention
 through SDPA with torchtitan's backend order and grouped-query heads unexpanded;
 Python's collector run every 50 steps, not at random; torchtitan's recipe
 otherwise: AdamW, gradient clipping at total
@@ -96,6 +97,16 @@ def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
     for blk, ac in zip(model.layers, parse_ac(a.ac, shape.n_layers), strict=True):
         assert isinstance(blk, Block)  # nn.ModuleList hands out plain Modules
         blk.recompute = ac
+    if single_device_amp(d, a):
+        # torchtitan's path on one device: no FSDP (one rank has nothing to shard), the
+        # plain module in fp32 under bf16 autocast (dist_utils.maybe_enable_amp)
+        for blk in model.layers:
+            if a.compile:
+                blk.compile()
+        model.to_empty(device=d.device)
+        init_weights(model, seed, d.rank)
+        return model, torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
+                                        weight_decay=0.1, eps=1e-8, fused=True)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     # torchtitan v0.2.2's grouping: the embedding alone (its all-gather is the only one not
     # hidden behind compute), each block, then norm and output together, kept gathered
@@ -115,6 +126,13 @@ def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
         model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1, eps=1e-8, **kw
     )
     return model, opt
+
+
+def single_device_amp(d: Dist, a) -> bool:
+    """One CUDA rank trains as torchtitan does on one device (--one-device amp, the
+    default): FSDP2 over a single rank shards nothing and costs 4-5 % of the speed and
+    3.7-4.8 GiB more reserved memory on llama3-1b (bench/results/h200-2026-12-02-one-device.md)."""
+    return getattr(a, "one_device", "amp") == "amp" and d.world == 1 and d.is_cuda
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int, min_factor: float = 0.0) -> float:
@@ -162,8 +180,11 @@ def train_step(
     x, y = batch
     for g in opt.param_groups:
         g["lr"] = lr_at(step, a.lr, a.warmup, a.steps, a.min_lr_factor)
-    logits = model(x)
-    loss = loss_fn(logits, y)
+    amp = torch.autocast(d.device.type, dtype=torch.bfloat16) if single_device_amp(d, a) \
+        else contextlib.nullcontext()
+    with amp:
+        logits = model(x)
+        loss = loss_fn(logits, y)
     del logits
     loss.backward()
     # torchtitan clips the total norm over every (sharded) parameter at max_norm 1.0
@@ -235,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--ac", default="none", help=AC_HELP)
     p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--one-device", choices=("amp", "fsdp"), default="amp",
+                   help="on a single CUDA rank: amp (default), the plain module under bf16 "
+                   "autocast as torchtitan trains on one device, or fsdp: FSDP2 over one rank")
     p.add_argument("--timing-skip", type=int, default=3, help="first steps left out of timing")
     p.add_argument(
         "--peak-tflops", type=float, default=0.0, help="dense bf16 peak per GPU for MFU (profile)"

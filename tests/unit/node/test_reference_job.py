@@ -247,3 +247,22 @@ def test_controller_rack_verdicts_name_the_node():
         assert not [e.message for e in verdict.iter_errors(row)], row
         assert v["threshold"]["metric"] == "fsdp.loss_rack_deviation"
         assert v["threshold"]["provenance"].strip()
+
+
+def test_one_cuda_rank_trains_as_torchtitan_does_on_one_device():
+    # torchtitan shards nothing on one rank (no FSDP, the module under bf16 autocast);
+    # more ranks, or the CPU, keep FSDP2
+    from types import SimpleNamespace
+
+    from validation.workloads.fsdp_train import single_device_amp
+
+    def d(world, cuda):
+        return SimpleNamespace(world=world, is_cuda=cuda)
+
+    amp, fsdp = SimpleNamespace(one_device="amp"), SimpleNamespace(one_device="fsdp")
+    assert single_device_amp(d(1, True), amp)  # type: ignore[arg-type]
+    assert not single_device_amp(d(1, True), fsdp)  # type: ignore[arg-type]
+    assert not single_device_amp(d(2, True), amp)  # type: ignore[arg-type]
+    assert not single_device_amp(d(1, False), amp)  # type: ignore[arg-type]
+    # the job's default is torchtitan's
+    assert single_device_amp(d(1, True), SimpleNamespace())  # type: ignore[arg-type]
