@@ -8,6 +8,8 @@ from pathlib import Path
 from rackready.site.paths import PROJECT_ROOT
 from rackready.site.vault import _Facts
 
+NO_ADDRESS = "no BMC address (rackready_bmc_address) in the inventory"
+
 
 class Secret(str):
     """A password that prints as asterisks (repr, str formatting); .reveal() gives it."""

@@ -23,7 +23,7 @@ from rackready.errors import UserError
 from rackready.redfish.client import Client, RedfishError
 from rackready.redfish.envelope import discover, one_lost_capacity, read, summarize, thin
 from rackready.sanitize import one_line
-from rackready.site.bmc import BmcAccess
+from rackready.site.bmc import NO_ADDRESS, BmcAccess
 from rackready.site.inventory import Node
 from validation.model import Measurement
 
@@ -51,7 +51,7 @@ class Sampler:
             self.problem = one_line(str(exc))
             return self
         if access is None:
-            self.problem = "no BMC address (rackready_bmc_address) in the inventory"
+            self.problem = NO_ADDRESS
             return self
         self._thread = threading.Thread(target=self._loop, args=(access,), daemon=True,
                                         name=f"envelope-{self.node.name}")
@@ -66,20 +66,22 @@ class Sampler:
                         timeout=self.timeout_s, node=self.node.name) as client:
                 chassis = discover(client)
                 while True:
-                    self._sample(client, chassis)
+                    self._sample(client, chassis, secret)
                     if self._stop.wait(self.period_s):
-                        self._sample(client, chassis)  # the last reading, at the end
+                        self._sample(client, chassis, secret)  # the last reading, at the end
                         return
         except (RedfishError, UserError, OSError) as exc:
-            self.problem = one_line(str(exc)).replace(secret, "********") if secret else \
-                one_line(str(exc))
+            self.problem = _scrub(str(exc), secret)
+        except Exception as exc:  # noqa: BLE001  a BMC's surprise ends the sampling, in words
+            self.problem = _scrub(f"controller error reading the BMC: {type(exc).__name__}: "
+                                  f"{exc}", secret)
 
-    def _sample(self, client: Client, chassis: list[Any]) -> None:
+    def _sample(self, client: Client, chassis: list[Any], secret: str) -> None:
         try:
             self.samples.append(read(client, chassis, time.monotonic() - self._t0))
         except RedfishError as exc:  # one failed read must not end the sampling
             self.failed_reads += 1
-            self.problem = one_line(str(exc))
+            self.problem = _scrub(str(exc), secret)
 
     def stop(self) -> dict[str, Any]:
         """The record bmc.json keeps ("envelope")."""
@@ -89,6 +91,12 @@ class Sampler:
         return {"period_s": self.period_s, "count": len(self.samples),
                 "failed_reads": self.failed_reads, "problem": self.problem,
                 "samples": thin(self.samples), "summary": summarize(self.samples)}
+
+
+def _scrub(text: str, secret: str) -> str:
+    """One line, the password never in it (a last guard: messages are built without it)."""
+    line = one_line(text)
+    return line.replace(secret, "********") if secret else line
 
 
 def measurements(envelope: dict[str, Any] | None) -> list[Measurement]:

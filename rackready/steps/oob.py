@@ -27,7 +27,7 @@ from rackready.redfish.client import Client, RedfishError
 from rackready.redfish.inventory import EXCERPT, gather
 from rackready.run.rundir import now_iso
 from rackready.sanitize import one_line
-from rackready.site.bmc import BmcAccess
+from rackready.site.bmc import NO_ADDRESS, BmcAccess
 from rackready.site.inventory import Node
 from rackready.site.paths import PROJECT_ROOT
 from rackready.steps.envelope import measurements as envelope_measurements
@@ -38,7 +38,6 @@ CHECK = BMC_CHECK
 BASELINE_DIR = PROJECT_ROOT / "artifacts" / "bmc"
 # The bios role's profiles: validation judges the BIOS against the same data.
 BIOS_PROFILES = PROJECT_ROOT / "roles" / "bios" / "profiles"
-NO_ADDRESS = "no BMC address (rackready_bmc_address) in the inventory"
 _WORST = {"Critical": 3, "Warning": 2, "unknown": 1, "OK": 0}
 _NOT_PRESENT = {"Absent", "Disabled", "StandbyOffline", "UnavailableOffline"}
 

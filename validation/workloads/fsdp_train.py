@@ -97,28 +97,25 @@ def build(d: Dist, a, seed: int) -> tuple[Llama, torch.optim.Optimizer]:
     for blk, ac in zip(model.layers, parse_ac(a.ac, shape.n_layers), strict=True):
         assert isinstance(blk, Block)  # nn.ModuleList hands out plain Modules
         blk.recompute = ac
-    if single_device_amp(d, a):
-        # torchtitan's path on one device: no FSDP (one rank has nothing to shard), the
-        # plain module in fp32 under bf16 autocast (dist_utils.maybe_enable_amp)
-        for blk in model.layers:
-            if a.compile:
-                blk.compile()
-        model.to_empty(device=d.device)
-        init_weights(model, seed, d.rank)
-        return model, torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
-                                        weight_decay=0.1, eps=1e-8, fused=True)
+    # One CUDA rank trains as torchtitan does there: no FSDP (one rank has nothing to
+    # shard), the plain fp32 module under bf16 autocast (train_step; its
+    # dist_utils.maybe_enable_amp). Otherwise torchtitan v0.2.2's FSDP grouping: the
+    # embedding alone (its all-gather is the only one not hidden behind compute), each
+    # block, then norm and output together, kept gathered after forward because backward
+    # starts with them; their gradients' reduce-scatter then overlaps the blocks' backward
+    # instead of trailing the step in the root's group
+    shard = not single_device_amp(d, a)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    # torchtitan v0.2.2's grouping: the embedding alone (its all-gather is the only one not
-    # hidden behind compute), each block, then norm and output together, kept gathered
-    # after forward because backward starts with them; their gradients' reduce-scatter then
-    # overlaps the blocks' backward instead of trailing the step in the root's group
-    fully_shard(model.tok_embeddings, mp_policy=mp)
+    if shard:
+        fully_shard(model.tok_embeddings, mp_policy=mp)
     for blk in model.layers:
         if a.compile:
             blk.compile()
-        fully_shard(blk, mp_policy=mp)
-    fully_shard([model.norm, model.output], mp_policy=mp, reshard_after_forward=False)
-    fully_shard(model, mp_policy=mp)
+        if shard:
+            fully_shard(blk, mp_policy=mp)
+    if shard:
+        fully_shard([model.norm, model.output], mp_policy=mp, reshard_after_forward=False)
+        fully_shard(model, mp_policy=mp)
     model.to_empty(device=d.device)
     init_weights(model, seed, d.rank)
     kw = {"fused": True} if d.is_cuda else {"foreach": True}

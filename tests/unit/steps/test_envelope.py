@@ -279,3 +279,18 @@ def test_a_part_failing_under_load_is_caught_by_the_sampling_alone(tmp_path, ven
     idle_metric = metric.replace("_under_load", "")
     assert not [v for v in verdicts if v.metric == idle_metric and v.outcome == "fail"
                 and v.labels.get(named) == bad[0].labels.get(named)]
+
+
+def test_a_bmc_answer_of_the_wrong_shape_ends_the_sampling_in_one_line(certs, capfd):
+    bmc = FakeBMC(certs, "dell", password=PASSWORD)
+    try:
+        bmc.res[f"{bmc.chassis}/Power"]["PowerControl"] = "not a list of objects"
+        rec = envelope.Sampler(node("gpu01", bmc.address, str(certs[0])),
+                               period_s=0.05).start().stop()
+    finally:
+        bmc.close()
+    assert rec["count"] == 0 and rec["problem"].startswith("controller error reading the BMC")
+    assert "Traceback" not in capfd.readouterr().err  # said, not a thread's traceback
+    assert PASSWORD not in rec["problem"]
+    (v,) = _verdicts(rec)["fail"]  # and the profile fails the node for it
+    assert v.metric == "bmc.envelope.samples"
