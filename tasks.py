@@ -77,15 +77,28 @@ def required(**flags) -> None:
         "tags": "only these stages, comma-separated (bios,baseline,driver,fabric,cuda,nccl,...)",
         "check": "dry run: report what would change, change nothing",
         "diff": "show file and package differences",
+        "playbook": "site (the default: OS baseline to RDMA and RAID) or slurm (join the "
+                    "nodes to the site's Slurm: roles/slurm_node)",
     }
 )
 @user_errors
-def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False):
+def provision(c, inventory=None, limit=None, tags=None, check=False, diff=False,
+              playbook="site"):
     """Provision nodes: Ansible roles from OS baseline to RDMA and NVMe RAID."""
     required(inventory=inventory)
-    from rackready.steps.provision import run_playbook
+    from rackready.errors import UserError
+    from rackready.steps.provision import PLAYBOOK_NAMES, run_playbook
 
-    _exit_with(run_playbook(inventory, limit=limit, tags=tags, check=check, diff=diff))
+    if playbook not in PLAYBOOK_NAMES:
+        raise UserError(f"--playbook must be one of {', '.join(PLAYBOOK_NAMES)}, "
+                        f"not '{playbook}'")
+    extravars = None
+    if playbook == "slurm":  # the health gate judges with what validate gives the suite
+        from rackready.steps.validate import suite_sites
+
+        extravars = {"slurm_node_health_sites": suite_sites(inventory)}
+    _exit_with(run_playbook(inventory, f"{playbook}.yml", limit=limit, tags=tags,
+                            check=check, diff=diff, extravars=extravars))
 
 
 @task(
@@ -131,16 +144,24 @@ def _exit_with(result) -> None:
         "only": "only these checks, comma-separated (see `python -m validation checks`)",
         "resume": "continue an interrupted run in this run directory (burn-in resumes "
                   "from its last completed interval)",
+        "via": "ssh (the default: the suite runs in each node's SSH session) or slurm "
+               "(each node's suite as a Slurm job of its own, through rackready_slurm's "
+               "submit host)",
+        "partition": "with --via slurm: the partition (default: rackready_slurm.partition)",
+        "drain": "with --via slurm: drain each node that did not pass, with its reason, and "
+                 "resume a node rackready drained that now passes",
     }
 )
 @user_errors
 def validate(c, node=None, inventory="lab", level="quick", out=None,
-             report_formats="json,html,pdf,junit", only=None, resume=None):
+             report_formats="json,html,pdf,junit", only=None, resume=None, via="ssh",
+             partition=None, drain=False):
     """Validate nodes over SSH: checks, burn-in, collectives, FSDP job, rack step -> verdicts."""
     from rackready.steps.validate import run_validation
 
     code = run_validation(node=node, inventory=inventory, level=level, out=out,
-                          formats=report_formats, only=only, resume=resume)
+                          formats=report_formats, only=only, resume=resume, via=via,
+                          partition=partition, drain=drain)
     if code:
         raise Exit(code=code)
 

@@ -27,6 +27,7 @@ NODE_PREFIX = "lab-gpu"
 # only through a jump host (SSH only, no route of its own) at .10.
 ADMIN_USER = "rradmin"
 JUMP_NAME = "lab-jump"
+SLURM_NAME = "lab-slurm"
 MAX_NODES = 16
 SUITE = "bookworm"
 
@@ -89,3 +90,8 @@ def vault_password_file() -> Path:
 def jump_spec() -> NodeSpec:
     """The jump host: a machine like a node (index 0: .10), without platform or drives."""
     return NodeSpec(JUMP_NAME, 0, "", "")
+
+
+def slurm_spec() -> NodeSpec:
+    """The lab's Slurm controller (rackready.lab.slurm): index -1, .9, beside the jump host."""
+    return NodeSpec(SLURM_NAME, -1, "", "")

@@ -11,13 +11,15 @@ vault password is configured (other tools: ANSIBLE_VAULT_PASSWORD_FILE=that file
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from rackready.lab import config, keys, repo
+from rackready.lab import config, keys, repo, slurm
 from rackready.lab.config import NodeSpec
 from rackready.lab.redfish import bmc as lab_bmc
 
@@ -37,7 +39,7 @@ def host_vars(spec: NodeSpec, drives: list[str]) -> dict:
 
     # What a site lists from its order sheet, read here off the simulated hardware.
     compute = [n for n in read_node_state(spec.root)["nics"] if n["role"] == "compute"]
-    hv = {
+    hv: dict[str, Any] = {
         "ansible_host": spec.ip,
         "rackready_platform": spec.platform,
         "rackready_profile": spec.profile,
@@ -47,6 +49,8 @@ def host_vars(spec: NodeSpec, drives: list[str]) -> dict:
         # the node's lab BMC (rackready/lab/redfish/bmc.py): https://<address>/redfish/v1
         "rackready_bmc_address": lab_bmc.address(spec),
     }
+    # the GPUs the node's Slurm line and gres.conf count (the simulated ones)
+    hv["slurm_node_gpu_count"] = slurm.gpu_count(spec)
     if spec.fabric == "roce":
         hv["rdma_network_roce_interfaces"] = [n["netdev"] for n in compute]
     return hv
@@ -87,6 +91,20 @@ def group_vars() -> dict:
         # Its nvcc is a stand-in that cannot compile: nccl-tests comes prebuilt, as hwsim's
         # nccl-tests package (the validation_tools role installs it instead of building).
         "rackready_validation_without": ["raid"],
+        # Slurm (playbooks/slurm.yml, `invoke validate --via slurm`): the nodes join the lab's
+        # slurmctld on lab-slurm (rackready.lab.slurm) with the cluster's one slurm.conf and
+        # munge key, as a site's nodes join its own; the controller submits through lab-slurm.
+        "slurm_node_enabled": True,
+        "slurm_node_slurm_conf":
+            "{{ lookup('ansible.builtin.file', inventory_dir ~ '/slurm/slurm.conf') }}",
+        "slurm_node_munge_key": "{{ vault_slurm_munge_key }}",
+        "slurm_node_cgroup_conf": {},  # containers: no cgroup plugin (slurm.conf says so)
+        "slurm_node_health_suite_dir": "/opt/rackready/suite",
+        "slurm_node_health_suite_archive":
+            "{{ inventory_dir ~ '/slurm/validation-suite.tar.gz' }}",
+        "slurm_node_health_extra_args": ["--sysroot", "/var/lib/hwsim/root",
+                                         "--without", "raid"],
+        "rackready_slurm": {"submit_host": slurm.SPEC.ip, "partition": slurm.PARTITION},
         "validation_tools_nccl_tests_package": "nccl-tests",
         # The lab has no GPUs: workloads run on CPU (gloo, tiny sizes).
         "rackready_validation_site": {
@@ -123,6 +141,7 @@ def write(specs: list[NodeSpec], drives: dict[str, list[str]]) -> Path:
         header + "---\n" + yaml.safe_dump(group_vars(), sort_keys=False)
     )
     write_vault(all_vars / "vault.yml")
+    slurm.write_site_files(LAB_INVENTORY, specs)
     return LAB_INVENTORY
 
 
@@ -140,7 +159,9 @@ def write_vault(path: Path) -> None:
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(24) + "\n")
     password = pw_file.read_text().strip().encode()
-    plain = yaml.safe_dump({"vault_rackready_bmc_password": lab_bmc.credentials()["password"]})
+    plain = yaml.safe_dump({"vault_rackready_bmc_password": lab_bmc.credentials()["password"],
+                            # the lab cluster's munge key, as the slurm_node role reads it
+                            "vault_slurm_munge_key": base64.b64encode(slurm.munge_key()).decode()})
     vault = VaultLib([("default", VaultSecret(password))])
     path.write_bytes(vault.encrypt(plain.encode()))
     path.chmod(0o600)

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rackready.errors import EnvironmentProblem, UserError
-from rackready.lab import config, keys, network, nodes, repo, rootfs
+from rackready.lab import config, keys, network, nodes, repo, rootfs, slurm
 from rackready.lab import inventory as lab_inventory
 from rackready.lab.config import NodeSpec
 from rackready.lab.redfish import bmc as lab_bmc
@@ -82,7 +82,8 @@ def up(count: int = 2, profile: str | None = None, progress=print,
            for e, s in pairs):
         raise UserError("the lab is up with other profiles; run `invoke lab.down` first")
     if existing and len(existing) == len(specs) and all(nodes.pid_of(s) for s in specs) \
-            and repo.serving_pid() and nodes.pid_of(config.jump_spec()):
+            and repo.serving_pid() and nodes.pid_of(config.jump_spec()) \
+            and nodes.pid_of(slurm.SPEC):
         lab_bmc.start_all(specs)  # the nodes' BMCs: idempotent
         return specs  # already up: the nodes' apt indexes stay valid (no rebuild)
     installed = ensure_host_packages()
@@ -100,7 +101,7 @@ def up(count: int = 2, profile: str | None = None, progress=print,
 
     progress("package repository: Debian packages, hwsim stand-ins, wheels")
     debs = build_packages(config.STATE_DIR / "hwsim-debs")
-    repo.build(base, debs)
+    repo.build(base, debs, extra=list(slurm.PACKAGES))
     network.ensure_bridge()
     repo.serve()
 
@@ -118,12 +119,14 @@ def up(count: int = 2, profile: str | None = None, progress=print,
         state = build_state(spec.platform, spec.name, fabric=spec.fabric, provisioned=False,
                             secure_boot=spec.secure_boot)
         write_node_state(state, spec.root)
+        slurm.install_gpu_devices(spec)
         network.ensure_node_network(spec)
         network.ensure_nic_netdevs(spec, [n["netdev"] for n in state["nics"]])
         nodes.detach_drives(drives.get(spec.name, []))
         drives[spec.name] = nodes.attach_drives(spec)
         nodes.boot(spec, drives[spec.name])
         booted.append(spec)
+    known.append(slurm.up(base, specs, progress))
     keys.write_known_hosts(known)
     _save(specs, drives)
     jump = config.jump_spec()
@@ -133,6 +136,9 @@ def up(count: int = 2, profile: str | None = None, progress=print,
         progress(f"{spec.name}: up, SSH host key verified")
     # One Redfish BMC per node, on the controller (rackready/lab/redfish/bmc.py).
     lab_bmc.start_all(specs)
+    slurm.configure(specs)
+    progress(f"{slurm.SPEC.name}: slurmctld up "
+             "(the nodes join with `invoke provision --inventory lab --playbook slurm`)")
     lab_inventory.write(specs, drives)
     return specs
 
@@ -167,6 +173,7 @@ def down(progress=print) -> None:
     jump = config.jump_spec()
     nodes.stop(jump)
     network.remove_node_network(jump)
+    slurm.down()
     # Leftovers from an interrupted run that the state file does not know.
     nodes.detach_drives(nodes.lab_loop_devices())
     for ns in network.lab_namespaces():

@@ -23,8 +23,10 @@ def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
     root = node.root
     (root / "etc/hostname").write_text(node.name + "\n")
     jump = config.jump_spec()
-    hosts = [f"{config.GATEWAY} rackready-controller", f"{jump.ip} {jump.name}"]
-    _names(root, hosts + [f"{n.ip} {n.name}" for n in all_nodes])
+    ctl = config.slurm_spec()
+    hosts = [f"{config.GATEWAY} rackready-controller", f"{jump.ip} {jump.name}",
+             f"{ctl.ip} {ctl.name}"]
+    _names(root, hosts + [f"{n.ip} {n.name}" for n in all_nodes if n.name != ctl.name])
     # Air-gapped, as a site's OS installer leaves a node: apt knows only the
     # local mirror (the controller's repository), verified by its signing key.
     (root / "etc/apt/sources.list").write_text("")

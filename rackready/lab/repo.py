@@ -99,12 +99,14 @@ def fetch_wheels() -> Path:
     return WHEEL_CACHE
 
 
-def build(base: Path, hwsim_debs: list[Path]) -> Path:
-    """Lay out pool/, index it, sign it; returns the repository root."""
+def build(base: Path, hwsim_debs: list[Path], extra: list[str] | None = None) -> Path:
+    """Lay out pool/, index it, sign it; returns the repository root. extra: packages for
+    the lab's own machines (its Slurm controller) beside the roles' list."""
     shutil.rmtree(REPO_ROOT, ignore_errors=True)
     pool = REPO_ROOT / "debian/pool/main"
     pool.mkdir(parents=True)
-    for deb in fetch_debian_packages(base, required_debian_packages()).glob("*.deb"):
+    wanted = sorted({*required_debian_packages(), *(extra or [])})
+    for deb in fetch_debian_packages(base, wanted).glob("*.deb"):
         os.link(deb, pool / deb.name) if _same_fs(deb, pool) else shutil.copy2(deb, pool)
     for deb in hwsim_debs:
         shutil.copy2(deb, pool / deb.name)

@@ -86,6 +86,7 @@ from rackready.remote.ship import (
     _Shipping,
     build_suite_script,
 )
+from rackready.remote.slurm import SlurmLaunch
 from rackready.sanitize import one_line, strip_control
 
 # Whole-session deadline per validation level (the suite's own check timeouts sit inside).
@@ -150,10 +151,11 @@ def run_on_node(client: paramiko.SSHClient, node_name: str, *, bundle: tuple[byt
                 remote_base: str, run_id: str, files: NodeFiles, limits: Limits,
                 on_event: Callable[[dict], None], on_status: Callable[[str], None],
                 resume: bool = False, become: bool = False,
-                python: str | None = None) -> SessionOutcome:
+                python: str | None = None, launch: SlurmLaunch | None = None) -> SessionOutcome:
     """Ship, verify, run and fetch on one node; see the module docstring.
 
-    python, when given, is the program and command_args its arguments.
+    python, when given, is the program and command_args its arguments. launch: the suite
+    runs as a Slurm job (rackready.remote.slurm) instead of in the node's SSH session.
     """
     _check_args(bundle[1], run_id, remote_base)
     args = [python, *command_args] if python else list(command_args)
@@ -165,6 +167,7 @@ def run_on_node(client: paramiko.SSHClient, node_name: str, *, bundle: tuple[byt
     if "--resume" in args and not resume:
         raise ValueError("command_args has --resume: pass resume=True (the run folder exists)")
     session = _Session(client, node_name, files, limits, on_event, on_status, become)
+    session.launch = launch
     return session.run(bundle[0], bundle[1], site_yaml, args, env,
                        remote_base.rstrip("/") or "/", run_id, resume)
 
@@ -216,6 +219,7 @@ class _Session(_Shipping, _Fetching):
         self.total = 0  # bytes fetched
         self.entries = 0  # entries listed under artifacts/
         self.unlogged: dict[str, int] = {}  # notes past _NOTES_PER_KIND, by kind
+        self.launch: SlurmLaunch | None = None
 
     # -- the session -------------------------------------------------------------------
 
@@ -267,6 +271,10 @@ class _Session(_Shipping, _Fetching):
     def _ending_problem(self) -> str:
         """After a run that ended by itself: what is still wrong, most important first."""
         o = self.out
+        if not o.result_fetched and self.launch is not None:
+            slurm = self.launch.problem()
+            if slurm:
+                return f"no result.json: {slurm}"
         if not o.result_fetched:
             why = "" if o.rc == 0 else f": {self.last_err}" if self.last_err else ""
             return f"no result.json (validation exited {o.rc}){why}"
@@ -284,10 +292,13 @@ class _Session(_Shipping, _Fetching):
     def _run_suite(self, script: str, rdir: str) -> str:
         """Run and stream; returns the problem line when the suite had to be stopped."""
         command = build_remote_command(script, become=self.become)
+        client = self.client
+        if self.launch is not None:  # the same command, as a Slurm job of its own
+            command, client = self.launch.command(command), self.launch.host.client
         self._note(f"$ {command}")
-        self.on_status("starting")
+        self.on_status("starting" if self.launch is None else "submitting to Slurm")
         sink = _EventSink(self)
-        channel = self._open_channel(command)
+        channel = self._open_channel(command, client)
         stopped = ""
         try:
             _pump(channel, sink.feed, self._stderr, self.deadline, self.limits.idle_s,
@@ -300,6 +311,8 @@ class _Session(_Shipping, _Fetching):
         if stopped:
             self.on_status(f"stopping: {stopped}")
             self._kill(f"{rdir}/pgid")
+            if self.launch is not None:
+                self.launch.stop()
             channel.close()
             return stopped
         self.out.rc = _exit_status(channel)
@@ -315,6 +328,11 @@ class _Session(_Shipping, _Fetching):
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if lines:
             self.last_err = one_line(lines[-1])
+        if self.launch is not None:
+            for line in lines:
+                status = self.launch.stderr_line(line.strip())
+                if status:
+                    self.on_status(status)
         self._log_text(text)
 
     def _kill(self, pgid_file: str) -> None:
@@ -349,8 +367,9 @@ class _Session(_Shipping, _Fetching):
 
     # -- remote commands -----------------------------------------------------------------
 
-    def _open_channel(self, command: str) -> paramiko.Channel:
-        transport = self.client.get_transport()
+    def _open_channel(self, command: str,
+                      client: paramiko.SSHClient | None = None) -> paramiko.Channel:
+        transport = (client or self.client).get_transport()
         if transport is None or not transport.is_active():
             raise EOFError("the SSH transport is closed")
         channel = transport.open_session(timeout=self.limits.command_s)

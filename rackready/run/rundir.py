@@ -333,6 +333,14 @@ class RunDir:
         (self.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
         _write_json_atomic(self.path / RACK_DIRNAME / RACK_JUDGEMENT_FILE, judgement)
 
+    # `--via slurm`: the job of each node and what Slurm was told (rackready.steps.slurm_run)
+    def write_slurm(self, record: Mapping[str, Any]) -> None:
+        (self.path / RACK_DIRNAME).mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(self.path / RACK_DIRNAME / "slurm.json", record)
+
+    def read_slurm(self) -> dict[str, Any]:
+        return _read_own_json(self.path / RACK_DIRNAME / "slurm.json")
+
     def read_rack_judgement(self) -> dict[str, Any] | None:
         return _read_own_json(self.path / RACK_DIRNAME / RACK_JUDGEMENT_FILE) or None
 

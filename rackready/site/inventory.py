@@ -55,6 +55,9 @@ class Node:
     # The role variables validation judges against, under their Ansible names, as the
     # roles see them (host/group vars over role defaults): one source for both sides.
     provisioned: dict | None = None
+    # rackready_slurm: the site's Slurm as `invoke validate --via slurm` uses it (see
+    # rackready.site.slurm); None where the inventory has none
+    slurm: dict | None = None
     # The BMC: resolved only when the out-of-band step needs it, so a vaulted
     # password without a vault password fails that node alone; never printed (repr=False).
     bmc: Callable[[], BmcAccess | None] | None = field(default=None, repr=False, compare=False)
@@ -185,6 +188,7 @@ def _node(name: str, v: dict, path: Path) -> Node:
         become=conn["become"],
         jump=conn["jump"],
         proxy_command=conn["proxy_command"],
+        slurm=_plain(v["rackready_slurm"]) if v.get("rackready_slurm") is not None else None,
         bmc=lambda: bmc_access(fact),
     )
 

@@ -67,6 +67,10 @@ def _check_tags(tags: str | None) -> None:
                         f"(known: {', '.join(sorted(known_tags()))})")
 
 
+# What `invoke provision --playbook` may run (playbooks/<name>.yml).
+PLAYBOOK_NAMES = ("site", "slurm")
+
+
 def run_playbook(
     inventory: Path | str,
     playbook: str = "site.yml",

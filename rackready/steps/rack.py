@@ -16,6 +16,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from rackready.decide.records import Judgement, RackGroup, RackStep
 from rackready.remote import session, ssh
 from rackready.remote.result_shape import is_scalar
 from rackready.remote.runner import CommandResult, build_remote_command, run_command
+from rackready.remote.slurm import SlurmError
 from rackready.run.rundir import RunDir, now_iso
 from rackready.sanitize import one_line, replace_surrogates_in
 
@@ -117,8 +119,11 @@ def _torchrun(node, rank: int, nnodes: int, endpoint: str, run_id: str, bundle_d
 
 def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any],
               profiles: dict[str, Any], bundle_payload: tuple[bytes, str],
-              venv_of, nccl_env_of, progress=lambda msg: None) -> RackGroup:
-    """Run the workload on the group's members and judge it."""
+              venv_of, nccl_env_of, progress=lambda msg: None,
+              allocation=None) -> RackGroup:
+    """Run the workload on the group's members and judge it. allocation (--via slurm):
+    (members, seconds) -> a context whose value turns (node, command) into (client,
+    command): the workload then runs as tasks of one Slurm allocation."""
     members = list(group["members"])
     floors = {n: Floors.of(profiles[n]) for n in members if profiles.get(n) is not None}
     rails = {n: list(nodes[n].rdma_devices) for n in members}
@@ -180,10 +185,20 @@ def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any
             cmd = build_remote_command(f"echo {said}; " + (f"export {env}; " if env else "")
                                        + script, become=nodes[n].become)
             lim = RACK_LIMITS
-            return _remote(clients[n], cmd, TIMEOUT_S[device] + lim.grace_s, lim.max_stdout)
+            client = clients[n]
+            if as_task is not None:  # a task of the run's Slurm allocation, on that node
+                client, cmd = as_task(n, cmd)
+            return _remote(client, cmd, TIMEOUT_S[device] + lim.grace_s, lim.max_stdout)
 
-        with ThreadPoolExecutor(len(members)) as pool:
-            results = list(pool.map(one, range(len(members))))
+        try:
+            with (allocation(members, TIMEOUT_S[device] + RACK_LIMITS.grace_s)
+                  if allocation else nullcontext(None)) as as_task, \
+                    ThreadPoolExecutor(len(members)) as pool:
+                results = list(pool.map(one, range(len(members))))
+        except SlurmError as exc:
+            return judge_group(key, group["planned"], members, group["left_out"], [], floors,
+                               [one_line(f"Slurm allocation for the rack step: {exc}")],
+                               counts)
         for n, res in zip(members, results, strict=True):
             run.write_rack_output(key, n, ".log", res.out + res.err)
             if res.problem:
@@ -228,7 +243,7 @@ def _safe(text: str) -> str:
 
 def run_rack_step(run: RunDir, targets: list, judgements: Mapping[str, Judgement],
                   bundle_payload: tuple[bytes, str], venv_of, nccl_env_of,
-                  progress=print) -> RackStep:
+                  progress=print, allocation=None) -> RackStep:
     """Every fabric group of the run: run, judge, write <run>/_rack/rack.json."""
     assert run.plan is not None
     nodes = {n.name: n for n in targets}
@@ -239,7 +254,7 @@ def run_rack_step(run: RunDir, targets: list, judgements: Mapping[str, Judgement
         g["members"] = [n for n in g["members"] if n in nodes]
         try:
             rec = run_group(run, key, g, nodes, profiles, bundle_payload, venv_of,
-                            nccl_env_of, progress)
+                            nccl_env_of, progress, allocation)
         except Exception as exc:  # noqa: BLE001  the nodes' reports must still be written
             rec = judge_group(key, g["planned"], g["members"], g["left_out"], [], {},
                               [one_line(f"controller error in the rack step: "

@@ -27,6 +27,7 @@ from rackready.decide.records import Judgement, RackStep
 from rackready.errors import UserError
 from rackready.remote import bundle, ssh
 from rackready.remote import session as node_session
+from rackready.remote.slurm import SlurmLaunch
 from rackready.report.cli import write_reports
 from rackready.run.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
@@ -34,11 +35,13 @@ from rackready.site import inventory, paths
 from rackready.steps import envelope, oob
 from rackready.steps import rack as rack_step
 from rackready.steps.progress import Board, check_verdict
+from rackready.steps.slurm_run import SlurmRun
 from validation.checks.registry import all_checks
 from validation.profile import ProfileError, load_profile
 from validation.workloads.common_env import roce_env
 
 LEVELS = ("quick", "standard", "burnin")
+VIA = ("ssh", "slurm")
 # The role's default venv (tests and tools that have no inventory); a node's own comes
 # from its validation_tools_venv.
 NODE_VENV = paths.role_default("validation_tools", "validation_tools_venv")
@@ -58,11 +61,18 @@ class NodeRun:
 def run_validation(node: str | None, inventory: str = "lab", level: str = "quick",
                    out: str | None = None, formats: str = "json,html,pdf,junit",
                    only: str | None = None, resume: str | None = None,
-                   nodes: list[str] | None = None, calibrating: bool = False) -> int:
+                   nodes: list[str] | None = None, calibrating: bool = False,
+                   via: str = "ssh", partition: str | None = None, drain: bool = False) -> int:
     """Validate one node, some (nodes) or all of an inventory. calibrating: judge against
-    the profiles' own limits, without the site's calibration overlay (invoke calibrate)."""
+    the profiles' own limits, without the site's calibration overlay (invoke calibrate).
+    via slurm: each node's suite runs as a Slurm job (rackready.steps.slurm_run); drain:
+    Slurm drains what failed and resumes what rackready drained and now passes."""
     if level not in LEVELS:
         raise UserError(f"--level must be one of {', '.join(LEVELS)}, not '{level}'")
+    if via not in VIA:
+        raise UserError(f"--via must be one of {', '.join(VIA)}, not '{via}'")
+    if via != "slurm" and (drain or partition is not None):
+        raise UserError("--drain and --partition go with --via slurm")
     only_checks = _only(only)
     if resume:
         run, targets = _resumed(resume, node, inventory)
@@ -78,6 +88,19 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
                         only=only_checks, nodes=[_planned(n, overlays) for n in targets])
         run = RunDir.create(PROJECT_ROOT / "runs", out, new_plan)
 
+    assert run.plan is not None
+    slurm = (SlurmRun.open(targets, partition=partition, drain=drain, run_id=run.plan.run_id,
+                           deadline_s=node_session.LEVEL_DEADLINES[level])
+             if via == "slurm" else None)
+    try:
+        return _validate(run, targets, level, formats, node, resume, slurm)
+    finally:
+        if slurm is not None:
+            slurm.close()
+
+
+def _validate(run: RunDir, targets: list[inventory.Node], level: str, formats: str,
+              node: str | None, resume: str | None, slurm: SlurmRun | None) -> int:
     payload, digest = bundle.build()
     plan = run.plan
     assert plan is not None
@@ -91,12 +114,19 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
         ["--resume"] if resume else [])
 
     def one(r: NodeRun) -> None:
+        if slurm is not None and r.node.name in slurm.left_out:
+            _left_out(run, r, board, slurm.left_out[r.node.name])
+            return
         # the BMC is sampled while the suite runs: the envelope under the burn-in's load
         sampler = envelope.Sampler(r.node).start()
+        launch = slurm.launch(r.node.name) if slurm is not None else None
         try:
-            _run_node(run, r, level, (payload, digest), board, extra, resuming=bool(resume))
+            _run_node(run, r, level, (payload, digest), board, extra, resuming=bool(resume),
+                      launch=launch)
         finally:
             sampled = sampler.stop()
+            if slurm is not None and launch is not None:
+                slurm.ran(launch)
         _run_oob(run, r, board, sampled)
 
     with ThreadPoolExecutor(max_workers=min(32, len(runs))) as pool:
@@ -107,8 +137,9 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
     # the rack-level step (rackready.steps.rack): an inventory run, after the suites
     if not node and len(plan.nodes) >= 2:
         board.close()
-        rack = rack_step.run_rack_step(run, targets, judgements, (payload, digest), _venv,
-                                       _nccl_env)
+        rack = rack_step.run_rack_step(
+            run, targets, judgements, (payload, digest), _venv, _nccl_env,
+            allocation=slurm.allocation if slurm is not None else None)
         judgements = judge_run(run)  # the rack verdicts join the nodes' judgements
     for r in runs:
         j = judgements[r.node.name]
@@ -117,6 +148,8 @@ def run_validation(node: str | None, inventory: str = "lab", level: str = "quick
                                   + j.get("rack_verdicts", []) if v["outcome"] == "fail"})
         board.finish(r.node.name, r.outcome, one_line(j["outcome_reason"]))
     board.close()
+    if slurm is not None:
+        _settle_slurm(run, slurm, judgements)
     plan.finished = now_iso()
     run.save_plan()
     _print_summary(runs, judgements)
@@ -186,6 +219,11 @@ def _site(node: inventory.Node) -> dict:
     return json.loads(json.dumps(site))
 
 
+def suite_sites(inv: str) -> dict[str, dict]:
+    """Every node's site settings as its suite gets them (the Slurm health gate's too)."""
+    return {n.name: _site(n) for n in _load(inv)}
+
+
 def _venv(node: inventory.Node) -> str:
     """The node's venv, where validation_tools built it (validation_tools_venv)."""
     return str((node.provisioned or {}).get("validation_tools_venv") or NODE_VENV)
@@ -223,8 +261,27 @@ def _load(inv: str) -> list[inventory.Node]:
     return inventory.load(inv)
 
 
+def _left_out(run: RunDir, r: NodeRun, board: Board, why: str) -> None:
+    """A node Slurm cannot run the suite on: INCOMPLETE with Slurm's reason."""
+    r.problem = why
+    run.write_session(r.node.name, {"node": r.node.name, "started": now_iso(),
+                                    "problem": f"slurm: {why}", "finished": now_iso()})
+    board.update(r.node.name, "not run (Slurm)")
+
+
+def _settle_slurm(run: RunDir, slurm: SlurmRun, judgements: dict[str, Judgement]) -> None:
+    slurm.settle({name: (j["outcome"], one_line(j["outcome_reason"]))
+                  for name, j in judgements.items()})
+    run.write_slurm({"reservation": slurm.reservation, "drain": slurm.drain,
+                     "left_out": slurm.left_out, "actions": slurm.actions,
+                     "jobs": slurm.jobs, "rack_jobs": slurm.rack_jobs})
+    for name, done in sorted(slurm.actions.items()):
+        print(f"Slurm: {name}: {done}")
+
+
 def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, str],
-              board: Board, extra: list[str], resuming: bool) -> None:
+              board: Board, extra: list[str], resuming: bool,
+              launch: SlurmLaunch | None = None) -> None:
     """One node's session; every failure becomes a recorded one-line problem."""
     node = r.node
     board.update(node.name, "connecting")
@@ -259,7 +316,10 @@ def _run_node(run: RunDir, r: NodeRun, level: str, bundle_payload: tuple[bytes, 
             on_status=lambda text: board.update(node.name, text),
             resume=resuming,
             become=node.become,
+            launch=launch,
         )
+        if launch is not None:
+            record["slurm_job"] = launch.job_id
         r.events = outcome.events
         r.problem = outcome.problem
         record.update(rc=outcome.rc, problem=outcome.problem, events=outcome.events,
