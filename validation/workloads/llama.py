@@ -60,8 +60,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        # torch's fused kernel (F.rms_norm, torchtitan's nn.RMSNorm) where the input is fp32
+        # anyway: the same function, but it keeps only the input and 1/rms for backward, not
+        # the normalized fp32 copy that the formula below saves (64 MiB at llama3-1b, seq 8192)
+        self.fused = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(
             x
