@@ -290,3 +290,18 @@ def test_the_fused_final_norm_computes_the_formula():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     assert not RMSNorm(64, 1e-5).fused  # the formula unless the job asks (FSDP, the CPU)
 
+
+def test_the_rotary_tables_are_made_once_per_length():
+    # one tensor kept across steps (one large-pool block on CUDA, as torchtitan's
+    # freqs_cis), holding exactly what rope_tables makes
+    from validation.workloads.llama import SHAPES, Llama, rope_tables
+
+    s = SHAPES["tiny"]
+    model = Llama(s)
+    cos, sin = model.rope(16, torch.device("cpu"))
+    want = rope_tables(s.dim // s.n_heads, 16, s.rope_theta, torch.device("cpu"))
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+    again = model.rope(16, torch.device("cpu"))
+    assert again[0].data_ptr() == cos.data_ptr() and again[1].data_ptr() == sin.data_ptr()
+    assert cos.untyped_storage().data_ptr() == sin.untyped_storage().data_ptr()
+    assert model.rope(8, torch.device("cpu"))[0].shape[0] == 8
