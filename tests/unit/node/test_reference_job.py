@@ -266,3 +266,42 @@ def test_one_cuda_rank_trains_as_torchtitan_does_on_one_device():
     assert not single_device_amp(d(1, False), amp)  # type: ignore[arg-type]
     # the job's default is torchtitan's
     assert single_device_amp(d(1, True), SimpleNamespace())  # type: ignore[arg-type]
+
+
+def test_the_fused_final_norm_computes_the_formula():
+    # one CUDA rank runs the final norm through torch's fused kernel (what torchtitan's
+    # nn.RMSNorm does): on fp32 input the same function and gradients as the formula
+    from validation.workloads.llama import RMSNorm
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 16, 64, generator=g, requires_grad=True)
+    norm = RMSNorm(64, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(64, generator=g) + 0.5)
+    out = {}
+    for fused in (False, True):
+        norm.fused = fused
+        x.grad = norm.weight.grad = None
+        y = norm(x)
+        (y * torch.arange(64.0)).sum().backward()
+        assert x.grad is not None and norm.weight.grad is not None
+        out[fused] = (y.detach(), x.grad.clone(), norm.weight.grad.clone())
+    for a, b in zip(out[False], out[True], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert not RMSNorm(64, 1e-5).fused  # the formula unless the job asks (FSDP, the CPU)
+
+
+def test_the_rotary_tables_are_made_once_per_length():
+    # one tensor kept across steps (one large-pool block on CUDA, as torchtitan's
+    # freqs_cis), holding exactly what rope_tables makes
+    from validation.workloads.llama import SHAPES, Llama, rope_tables
+
+    s = SHAPES["tiny"]
+    model = Llama(s)
+    cos, sin = model.rope(16, torch.device("cpu"))
+    want = rope_tables(s.dim // s.n_heads, 16, s.rope_theta, torch.device("cpu"))
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1])
+    again = model.rope(16, torch.device("cpu"))
+    assert again[0].data_ptr() == cos.data_ptr() and again[1].data_ptr() == sin.data_ptr()
+    assert cos.untyped_storage().data_ptr() == sin.untyped_storage().data_ptr()
+    assert model.rope(8, torch.device("cpu"))[0].shape[0] == 8
