@@ -107,7 +107,7 @@ def test_lab_up_again_is_idempotent(lab_nodes):
 
 
 def test_lab_resources_are_all_accounted_for(lab_nodes):
-    machines = [*lab_nodes.specs, config.jump_spec()]
+    machines = [*lab_nodes.specs, config.jump_spec(), config.slurm_spec()]
     assert set(network.lab_namespaces()) == {s.netns for s in machines}
     assert {s.host_veth for s in machines} <= set(network.lab_links())
     assert config.BRIDGE in network.lab_links()
