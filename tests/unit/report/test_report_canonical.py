@@ -126,3 +126,71 @@ def test_missing_and_foreign_files_are_report_errors(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text("[]")
     with pytest.raises(ReportError, match="not a rackready report"):
         read_report(tmp_path / "other.json")
+
+
+def _random_value(rng, depth: int = 0):
+    """A JSON value of the kinds reports hold, with the edges JCS cares about: floats of
+    every magnitude (random bit patterns), integer-valued floats, controls, quotes,
+    non-ASCII text and keys, nesting."""
+    import math
+
+    kind = rng.randrange(9 if depth < 4 else 6)
+    if kind == 0:
+        while True:
+            f = struct.unpack(">d", rng.getrandbits(64).to_bytes(8, "big"))[0]
+            if math.isfinite(f):
+                return f
+    if kind == 1:
+        return rng.choice([0.0, -0.0, 662.0, 1e16, 2.0**53, 1e21, 1e-4, 9.99e-5, 1e-7,
+                           0.1, 1e15 + 0.5, -3.5e-9, 123.456])
+    if kind == 2:
+        return rng.randint(-(2**53) + 1, 2**53 - 1)
+    if kind == 3:
+        return "".join(rng.choice('ab"\\\n\t\x00\x1f\x7f é€\u2028😀<') for _ in range(8))
+    if kind == 4:
+        return rng.choice([True, False, None])
+    if kind == 5:
+        return rng.choice(["", "gpu.temperature", "H200 sustained bf16 662"])
+    if kind in (6, 7):
+        return {"".join(rng.choice("abzé€A_\x01\ufb33") for _ in range(rng.randint(0, 4))):
+                _random_value(rng, depth + 1) for _ in range(rng.randint(0, 5))}
+    return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 5))]
+
+
+def test_the_json_module_path_writes_exactly_what_rfc8785_writes(report: Path) -> None:
+    """canonical_bytes writes plain documents through the json module's C encoder; its bytes
+    must be rfc8785's, on real reports and on random documents full of edge values."""
+    import random
+
+    import rfc8785
+
+    from rackready.report.seal.canonical import _through_json_module
+
+    for path in sorted(report.parent.glob("*.json")):
+        doc = json.loads(path.read_text())
+        fast = _through_json_module(doc)
+        assert fast is not None, path.name  # a report takes the fast path
+        assert fast == rfc8785.dumps(doc), path.name
+    rng = random.Random(8785)
+    taken = 0
+    for _ in range(3000):
+        value = _random_value(rng)
+        fast = _through_json_module(value)
+        assert canonical_bytes(value) == rfc8785.dumps(value), value
+        if fast is not None:
+            assert fast == rfc8785.dumps(value), value
+            taken += 1
+    assert taken > 2000  # most take the fast path; the rest fall back to rfc8785
+
+
+@pytest.mark.parametrize("value", [
+    {"\U0001f600": 1, "\ufb33": 2},  # a key past U+FFFF: JCS sorts UTF-16 units
+    [2**60],  # past 2**53: rfc8785 refuses it
+    ["\ud800"],  # a lone surrogate: no UTF-8 form
+    (1, 2),  # not a JSON type of the json module's own
+    [float("nan")],
+])
+def test_what_the_json_module_path_cannot_write_goes_to_rfc8785(value) -> None:
+    from rackready.report.seal.canonical import _through_json_module
+
+    assert _through_json_module(value) is None

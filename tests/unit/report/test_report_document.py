@@ -99,3 +99,45 @@ def test_artifact_hash_mismatch_is_reported(tmp_path: Path) -> None:
 def test_schema_file_is_published_json(tmp_path: Path) -> None:
     path = Path(__file__).resolve().parents[3] / "rackready/report/schema/report.schema.json"
     assert json.loads(path.read_text())["title"] == "rackready acceptance report"
+
+
+def _leaves(doc, path=()):
+    """Every (path, value) of a JSON document, containers included."""
+    yield path, doc
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) \
+        if isinstance(doc, list) else ()
+    for k, v in items:
+        yield from _leaves(v, (*path, k))
+
+
+def test_the_compiled_check_and_jsonschema_agree_on_every_damage(tmp_path: Path) -> None:
+    """schema_errors trusts jsonschema-rs's "valid" and asks jsonschema only otherwise:
+    for that to hold, the two must agree. Every kind of damage at a spread of places of a
+    node and the rack report: a value of another type, a key removed, a key added."""
+    import random
+
+    from jsonschema import Draft202012Validator
+
+    from rackready.report.schema import _fast_validator, _schema_of
+
+    rack, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
+    rng = random.Random(7)
+    damages = [lambda d, k: d.__setitem__(k, {"x": [1]}), lambda d, k: d.__setitem__(k, "?"),
+               lambda d, k: d.__setitem__(k, None), lambda d, k: d.__setitem__(k, -1.5),
+               lambda d, k: d.pop(k) if isinstance(d, dict) else d.clear(),
+               lambda d, k: d.__setitem__("surprise", 1) if isinstance(d, dict) else None]
+    seen = {True: 0, False: 0}
+    for doc in (rack, docs[1]):
+        slow = Draft202012Validator(_schema_of(doc["kind"]))
+        places = [p for p, _ in _leaves(doc) if p]
+        for path in rng.sample(places, 40):
+            bad = copy.deepcopy(doc)
+            parent = bad
+            for k in path[:-1]:
+                parent = parent[k]
+            rng.choice(damages)(parent, path[-1])
+            valid = not any(True for _ in slow.iter_errors(bad))
+            assert _fast_validator(doc["kind"]).is_valid(bad) == valid, path
+            assert (schema_errors(bad) == []) == valid, path
+            seen[valid] += 1
+    assert seen[True] and seen[False]  # both answers were exercised
