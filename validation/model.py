@@ -8,7 +8,8 @@ on nodes that have nothing but Python and PyYAML.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 SCHEMA_VERSION = "1.0"
@@ -54,8 +55,11 @@ class Measurement:
     labels: dict[str, str] = field(default_factory=dict)  # {"gpu": "3", "serial": ...}
     artifact: str | None = None  # raw output kept beside the result, relative path
 
+    # to_dict by hand, in field order: dataclasses.asdict walks and copies every value (a
+    # third of judging a node's thousands of verdicts)
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"name": self.name, "value": _copied(self.value), "unit": self.unit,
+                "labels": dict(self.labels), "artifact": self.artifact}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
@@ -120,7 +124,10 @@ class Threshold:
     gross: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"metric": self.metric, "op": self.op, "value": _copied(self.value),
+                "unit": self.unit, "provenance": self.provenance, "outlier_k": self.outlier_k,
+                "labels": None if self.labels is None else dict(self.labels),
+                "tier": self.tier, "gross": self.gross}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Threshold:
@@ -153,9 +160,11 @@ class Verdict:
     spread: dict[str, float] | None = None  # repeats: {"min":, "max":, "n":}
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["threshold"] = self.threshold.to_dict() if self.threshold else None
-        return d
+        return {"check": self.check, "metric": self.metric, "outcome": self.outcome,
+                "value": _copied(self.value), "unit": self.unit, "labels": dict(self.labels),
+                "threshold": self.threshold.to_dict() if self.threshold else None,
+                "message": self.message, "remediation": self.remediation,
+                "spread": None if self.spread is None else dict(self.spread)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
@@ -172,3 +181,8 @@ class Verdict:
             remediation=d.get("remediation", ""),
             spread=d.get("spread"),
         )
+
+
+def _copied(value: Any) -> Any:
+    """A value as dataclasses.asdict hands it out: containers copied, scalars as they are."""
+    return copy.deepcopy(value) if isinstance(value, dict | list | tuple) else value

@@ -419,6 +419,8 @@ class _Cleaner:
     def text(self, v: str) -> str:
         """Text a report can hold and a reader reads as it is: no lone surrogates, no
         terminal controls (C0 but \\n and \\t, C1), no bidi overrides."""
+        if v.isascii() and v.isprintable():  # most of a result: nothing to look for
+            return v
         if has_surrogates(v):
             self.surrogates += 1
             v = replace_surrogates(v)
