@@ -339,7 +339,9 @@ def demo(c, nodes=2):
 # The suite's tiers, in the order `invoke test` runs them (.ci/run times each one):
 # pytest marker expressions, and lint (the `lint` task's linters over the tree).
 TEST_TIERS = {
-    "unit": "not lab and not browser",  # no root, no lab, no Chromium: in parallel
+    "unit": "not integration and not lab and not browser",  # in-process, fast: in parallel
+    # the node-side suite, its workers and the lab BMC as real processes: in parallel
+    "integration": "integration",
     "lab": "lab",  # real Ansible over real SSH into booted lab nodes: one process, in order
     "browser": "browser",  # the reports in headless Chromium
     "lint": None,
@@ -347,22 +349,24 @@ TEST_TIERS = {
 
 
 def _xdist_workers() -> int:
-    """Processes for the unit tier: one per core, at most 4 (each builds the session's
-    shared fixtures once); 0 without pytest-xdist (then it runs in one process)."""
+    """Processes for the unit and integration tiers: one more than the cores, since many
+    tests wait on a subprocess or a socket (on 2 cores 3 workers took the unit tier from
+    187 to 157 s), at most 5 (each builds the session's shared fixtures once); 0 without
+    pytest-xdist (then one process)."""
     import importlib.util
 
     if importlib.util.find_spec("xdist") is None:
         print("test: pytest-xdist is not installed (pip install -e '.[test]'): "
-              "the unit tier runs in one process")
+              "the unit and integration tiers run in one process")
         return 0
-    return max(1, min(os.cpu_count() or 1, 4))
+    return max(1, min((os.cpu_count() or 1) + 1, 5))
 
 
 def _pytest_tier(c, tier: str, k: str | None) -> int:
     import shlex
 
     args = [sys.executable, "-m", "pytest", "-m", str(TEST_TIERS[tier])]
-    if tier == "unit" and (workers := _xdist_workers()):
+    if tier in ("unit", "integration") and (workers := _xdist_workers()):
         # worksteal: an idle worker takes queued tests from a busy one (a few take a minute)
         args += ["-n", str(workers), "--dist", "worksteal"]
     if k:
@@ -373,23 +377,27 @@ def _pytest_tier(c, tier: str, k: str | None) -> int:
 @task(
     help={
         "k": "only tests matching this expression (pytest -k)",
-        "unit": "the unit tier: no lab, no browser, no lint; no root needed",
+        "unit": "the unit tier: in-process tests, a few minutes; no root needed",
+        "integration": "the integration tier: the node-side suite, its workers and the lab "
+                       "BMC as real processes on simulated hardware; no root needed",
         "lab": "the lab tier: boots lab nodes, provisions and validates them (root)",
         "browser": "the browser tier: the reports in headless Chromium",
-        "packages": "install the Debian packages the tests use even for --unit alone "
-                    "(every other tier installs them)",
+        "packages": "install the Debian packages the tests use even for --unit or "
+                    "--integration alone (every other tier installs them)",
     }
 )
 @user_errors
-def test(c, k=None, unit=False, lab=False, browser=False, packages=False):
-    """Run the whole test suite (unit, lab, browser, lint); installs what the tests need.
+def test(c, k=None, unit=False, integration=False, lab=False, browser=False, packages=False):
+    """Run the whole test suite (unit, integration, lab, browser, lint); installs what the
+    tests need.
 
-    With --unit, --lab or --browser only those tiers run (lint alone is `invoke lint`;
-    -k selects tests, so it leaves lint out). Each tier runs even when one before it
-    failed; the exit code is the first failed tier's."""
-    picked = [t for t, on in (("unit", unit), ("lab", lab), ("browser", browser)) if on]
+    With --unit, --integration, --lab or --browser only those tiers run (lint alone is
+    `invoke lint`; -k selects tests, so it leaves lint out). Each tier runs even when one
+    before it failed; the exit code is the first failed tier's."""
+    picked = [t for t, on in (("unit", unit), ("integration", integration), ("lab", lab),
+                              ("browser", browser)) if on]
     tiers = picked or [t for t in TEST_TIERS if not (k and t == "lint")]
-    if packages or tiers != ["unit"]:
+    if packages or not set(tiers) <= {"unit", "integration"}:
         from rackready.lab.testenv import ensure_test_packages
 
         ensure_test_packages()

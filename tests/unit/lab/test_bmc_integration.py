@@ -31,6 +31,8 @@ from validation.judge import judge
 from validation.model import CheckResult
 from validation.profile import load_profile
 
+pytestmark = pytest.mark.integration  # the lab BMC served, the controller's steps
+
 USER, PASSWORD = "root", "integ-Lab-pw-5c2e91"
 
 _spec = importlib.util.spec_from_file_location("rackready_bios",

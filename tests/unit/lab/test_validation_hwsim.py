@@ -30,6 +30,8 @@ from rackready.lab.hwsim.state import build_state
 from rackready.site.inventory import provisioned
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
+
 
 WORKLOAD_CHECKS = ("gemm_burnin", "hbm", "collectives", "host_transfers", "storage_ckpt",
                    "fsdp_reference")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
+
 
 from validation.workloads.collectives import MODES, Coll, modes_for  # noqa: E402
 from validation.workloads.common import Dist, UsageError  # noqa: E402

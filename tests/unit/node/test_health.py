@@ -20,6 +20,8 @@ from rackready.lab.hwsim.state import build_state
 from validation import budgets, health
 from validation.drain import NodeState, parse_show_node, reason, sanitize
 
+pytestmark = pytest.mark.integration  # the health gate as a real process on hwsim
+
 SLURM = REPO / "tests" / "fixtures" / "slurm"
 PROFILE = "xe9680-h200-lab"
 BUDGET_S = 10.0

@@ -33,6 +33,8 @@ from validation.workloads.burnin_log import (
     summarize,
 )
 
+pytestmark = pytest.mark.integration  # the suite as real processes
+
 node = tvc.node  # the fake node fixture
 FAST = "gpu.inventory,gpu.health,kernel.cmdline,health.delta"
 

@@ -14,6 +14,8 @@ from test_checks_gpu import FIX, GPU1, SERIAL1, xml_fault
 
 from validation.result_schema import check_result
 
+pytestmark = pytest.mark.integration  # the suite as a real process
+
 REPO = Path(__file__).resolve().parents[3]
 # The capture host as it was: 2 GPUs, no ConnectX/NVMe/fabric manager. The GPU workloads
 # (torch) have their own tests; here torch on the CPU is not the GPU they need.

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
+
 
 from validation import procs, runner  # noqa: E402
 from validation.checks import registry  # noqa: E402

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
+
 
 from validation.workloads.launch import WorkloadFailed, run_workload  # noqa: E402
 

@@ -156,5 +156,5 @@ def test_ci_runs_the_readme_test_command_and_it_covers_every_tier():
     tree = ast.parse((ROOT / "tasks.py").read_text())
     tiers = next(ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
                  and any(getattr(t, "id", "") == "TEST_TIERS" for t in n.targets))
-    assert list(tiers) == ["unit", "lab", "browser", "lint"]
+    assert list(tiers) == ["unit", "integration", "lab", "browser", "lint"]
     assert 'print(f"test: tier {tier}' in (ROOT / "tasks.py").read_text()
