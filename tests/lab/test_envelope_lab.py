@@ -20,7 +20,7 @@ ENVELOPE = ("bmc.envelope.samples", "bmc.power.one_lost_load_ratio", "bmc.inlet.
 
 
 def _validate(tmp_path, node: str, name: str) -> dict:
-    """The quick burn-in alone (15 s of CPU GEMM on a lab node) with the BMC sampled beside
+    """The quick burn-in alone (8 s of CPU GEMM on a lab node) with the BMC sampled beside
     it; a narrowed run is PARTIAL (exit 1) even when everything passed."""
     out = tmp_path / name
     done = _invoke("validate", "--node", node, "--inventory", "lab", "--level", "quick",
