@@ -348,25 +348,27 @@ TEST_TIERS = {
 }
 
 
-def _xdist_workers() -> int:
-    """Processes for the unit and integration tiers: one more than the cores, since many
-    tests wait on a subprocess or a socket (on 2 cores 3 workers took the unit tier from
-    187 to 157 s), at most 5 (each builds the session's shared fixtures once); 0 without
-    pytest-xdist (then one process)."""
+def _xdist_workers(tier: str) -> int:
+    """Processes for the unit and integration tiers, 0 without pytest-xdist (then one
+    process). Unit: one more than the cores, since many of its tests wait on a subprocess
+    or a socket (on 2 cores 3 workers took it from 187 to 157 s); integration: one per
+    core, since its workloads keep the cores busy and its health-gate tests hold time
+    budgets. At most 5: each worker builds the session's shared fixtures once."""
     import importlib.util
 
     if importlib.util.find_spec("xdist") is None:
         print("test: pytest-xdist is not installed (pip install -e '.[test]'): "
               "the unit and integration tiers run in one process")
         return 0
-    return max(1, min((os.cpu_count() or 1) + 1, 5))
+    cores = os.cpu_count() or 1
+    return max(1, min(cores + 1 if tier == "unit" else cores, 5))
 
 
 def _pytest_tier(c, tier: str, k: str | None) -> int:
     import shlex
 
     args = [sys.executable, "-m", "pytest", "-m", str(TEST_TIERS[tier])]
-    if tier in ("unit", "integration") and (workers := _xdist_workers()):
+    if tier in ("unit", "integration") and (workers := _xdist_workers(tier)):
         # worksteal: an idle worker takes queued tests from a busy one (a few take a minute)
         args += ["-n", str(workers), "--dist", "worksteal"]
     if k:
