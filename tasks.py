@@ -340,7 +340,7 @@ def demo(c, nodes=2):
 # pytest marker expressions, and lint (the `lint` task's linters over the tree).
 TEST_TIERS = {
     "unit": "not integration and not lab and not browser",  # in-process, fast: in parallel
-    # the node-side suite, its workers and the lab BMC as real processes: in parallel
+    # the node-side suite, its workers, the lab BMC and the CLI as real processes: in parallel
     "integration": "integration",
     "lab": "lab",  # real Ansible over real SSH into booted lab nodes: one process, in order
     "browser": "browser",  # the reports in headless Chromium
@@ -380,8 +380,8 @@ def _pytest_tier(c, tier: str, k: str | None) -> int:
     help={
         "k": "only tests matching this expression (pytest -k)",
         "unit": "the unit tier: in-process tests, a few minutes; no root needed",
-        "integration": "the integration tier: the node-side suite, its workers and the lab "
-                       "BMC as real processes on simulated hardware; no root needed",
+        "integration": "the integration tier: the node-side suite, its workers, the lab BMC "
+                       "and the command line as real processes; no root needed",
         "lab": "the lab tier: boots lab nodes, provisions and validates them (root)",
         "browser": "the browser tier: the reports in headless Chromium",
         "packages": "install the Debian packages the tests use even for --unit or "

@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 INVOKE = [sys.executable, "-m", "invoke"]
+pytestmark = pytest.mark.integration  # the command line as real processes
 
 
 def invoke(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

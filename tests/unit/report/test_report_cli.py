@@ -17,6 +17,7 @@ from rackready.report.cli import main
 from rackready.report.seal.signing import PASSPHRASE_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.integration  # the command line as real processes
 
 
 def run_cli(*argv: str, env: dict[str, str] | None = None,
