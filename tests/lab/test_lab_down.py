@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +21,16 @@ def test_lab_down_leaves_no_namespace_link_loop_device_mount_or_process(lab_node
     assert repo.serving_pid() is None
     mounts = Path("/proc/mounts").read_text()
     assert str(config.STATE_DIR) not in mounts
-    procs = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
-    live = [line for line in procs.splitlines()
-            if "systemd-nspawn" in line and not line.startswith("Z")]
+    # the nodes, and the gpg agent that signing the lab's mirror started (it may take a
+    # moment to exit once told to)
+    for _ in range(10):
+        procs = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True,
+                               text=True).stdout
+        live = [line for line in procs.splitlines() if not line.startswith("Z") and (
+            "systemd-nspawn" in line or f"gpg-agent --homedir {config.STATE_DIR}" in line)]
+        if not live:
+            break
+        time.sleep(0.5)
     assert live == [], live
     assert not (config.STATE_DIR / "nodes").exists()  # the jump host's copy too
     assert not config.vault_password_file().exists()

@@ -216,9 +216,12 @@ def test_a_manifest_of_another_shape_is_refused():
 # --- signing (staging) and verifying (node), end to end
 
 class Gpg:
+    homes: list[Path] = []  # every home made by the test that runs: its agent is stopped after
+
     def __init__(self, home: Path, name: str):
         self.home, self.name = home, name
         home.mkdir(mode=0o700, parents=True)
+        Gpg.homes.append(home)
         self("--passphrase", "", "--quick-gen-key", name, "ed25519", "sign", "never")
 
     def __call__(self, *args: str) -> str:
@@ -232,6 +235,18 @@ class Gpg:
 
     def armored(self) -> str:
         return self("--armor", "--export", self.name)
+
+
+@pytest.fixture(autouse=True)
+def _stop_gpg_agents():
+    """gpg starts an agent per home that outlives the test (a daemon): stop each one."""
+    yield
+    gpgconf = shutil.which("gpgconf")
+    while Gpg.homes:
+        home = Gpg.homes.pop()
+        if gpgconf:
+            subprocess.run([gpgconf, "--homedir", str(home), "--kill", "gpg-agent"],
+                           capture_output=True, timeout=30, check=False)
 
 
 class FakeModule:
