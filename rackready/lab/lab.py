@@ -179,6 +179,7 @@ def down(progress=print) -> None:
     for ns in network.lab_namespaces():
         network.remove_node_network(_spec_for_netns(ns))
     repo.stop_serving()
+    repo.stop_signing_agent()
     lab_bmc.stop_all()
     network.remove_bridge()
     import shutil

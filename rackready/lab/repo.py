@@ -232,7 +232,11 @@ def stop_serving() -> None:
     if pid:
         os.kill(pid, signal.SIGTERM)
     _pidfile().unlink(missing_ok=True)
-    # signing the mirror started gpg's agent for the lab's key home, a daemon of its own
+
+
+def stop_signing_agent() -> None:
+    """Signing the mirror starts gpg's agent for the lab's key home, a daemon that
+    outlives the lab unless told to stop."""
     if GNUPG_HOME.is_dir() and shutil.which("gpgconf"):
         subprocess.run(["gpgconf", "--homedir", str(GNUPG_HOME), "--kill", "gpg-agent"],
                        capture_output=True, timeout=30, check=False)

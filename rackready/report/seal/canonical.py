@@ -3,9 +3,11 @@
 Canonical form: RFC 8785, the JSON Canonicalization Scheme (JCS), through the
 maintained `rfc8785` package: keys sorted by UTF-16 code units, no whitespace,
 numbers in ECMAScript form (662.0 -> 662, 1e21 -> 1e+21), UTF-8. Any JCS
-implementation in any language gives the same bytes; Python's json.dumps does
-not (float repr, key order outside the BMP). NaN, Infinity and integers beyond
-2**53-1 have no JCS form and are refused with the place they occur.
+implementation in any language gives the same bytes; Python's json.dumps alone does
+not (float repr, key order outside the BMP), so it writes only the documents where
+those differences are handled (_through_json_module: every report, much faster) and
+rfc8785 the rest. NaN, Infinity and integers beyond 2**53-1 have no JCS form and are
+refused with the place they occur.
 
 A report's "sha256" is the SHA-256 of the canonical bytes of the report without
 its "sha256" and "signoff" keys. Leaving the signoff out keeps the hash (and the
