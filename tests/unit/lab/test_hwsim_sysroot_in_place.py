@@ -86,3 +86,33 @@ def test_what_the_state_no_longer_has_is_removed_and_the_tree_matches_a_fresh_on
     assert not gpu_dir.exists()
     write_node_state(missing, tmp_path / "fresh")
     assert _tree(node / ROOT_REL) == _tree(tmp_path / "fresh" / ROOT_REL)
+
+
+def test_a_render_reading_an_echo_midway_keeps_what_the_echo_writes(tmp_path, monkeypatch):
+    # `echo 1 > f` truncates f and then writes it: a read in between finds it empty
+    node, state, netdev = _roce_node(tmp_path)
+    name = next(n["name"] for n in state["nics"] if n["netdev"] == netdev)
+    with locked_node_state(node) as s:
+        s["nic_config"][name]["qos"]["ecn"][3] = 0
+    f = _ecn(node, netdev)
+    assert f.read_text() == "0\n"
+    real_read = Path.read_text
+    midway = []
+
+    def read_text(self, *args, **kwargs):
+        if self == f and not midway:
+            midway.append(self)
+            real_read(self)
+            self.write_text("")  # truncated: this read lands here ...
+            text = real_read(self)
+            self.write_text("1\n")  # ... and the echo's write follows
+            return text
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with locked_node_state(node):
+        pass
+    monkeypatch.undo()
+    assert midway and f.read_text() == "1\n"
+    with locked_node_state(node) as later:
+        assert later["nic_config"][name]["qos"]["ecn"][3] == 1

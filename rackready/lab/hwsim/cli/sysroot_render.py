@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,23 @@ def _ecn(state: dict[str, Any], root: Path, seen: dict[Path, str] | None) -> Non
                     _write(f, text)
 
 
+def _settled_enable(f: Path, tries: int = 50) -> str | None:
+    """An enable file's 0 or 1; None when it is absent. A shell's `echo 1 > f` truncates
+    the file and then writes it, so a read between the two finds it empty: read again
+    (the window is microseconds). Taking "empty" as "unknown" would let the render put
+    the state's old value over the write that was landing."""
+    text = ""
+    for _ in range(tries):
+        try:
+            text = f.read_text().strip()
+        except OSError:
+            return None
+        if text in ("0", "1"):
+            return text
+        time.sleep(0.002)
+    return text
+
+
 def harvest_writes(state: dict[str, Any], root: Path) -> dict[Path, str]:
     """What was written into the writable sysfs files since the last render (the role's
     `echo 1 > .../ecn/roce_np/enable/3`) taken into the state, as the kernel keeps it;
@@ -181,10 +199,7 @@ def harvest_writes(state: dict[str, Any], root: Path) -> dict[Path, str]:
             for prio in range(len(values)):
                 f = Path(root) / "sys/class/net" / nic["netdev"] / "ecn" / point / "enable" / \
                     str(prio)
-                try:
-                    text = f.read_text().strip()
-                except OSError:
-                    continue
+                text = _settled_enable(f)
                 if text in ("0", "1"):
                     values[prio] = int(text)
                     seen[f] = f"{text}\n"
