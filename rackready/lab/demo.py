@@ -55,8 +55,7 @@ def run_demo(nodes: int = 2, out: Out = print) -> int:
             out("demo: provisioning failed (see the lines above); the demo stops here")
             return 1
     with step("lab.reboot (the kernel arguments provisioning set take effect)"):
-        for spec in specs:
-            lab.reboot(spec.name)
+        lab.reboot_all([spec.name for spec in specs])
     faulty = specs[-1].name
     with step(f"lab.fault --node {faulty} --fault {DEMO_FAULT}"):
         out(f"{faulty}: {lab.fault(faulty, DEMO_FAULT)}")

@@ -165,8 +165,9 @@ def down(progress=print) -> None:
     require_root()
     specs = load_specs()
     drives = _drives()
+    # every machine powers off at once: each shutdown mostly waits on its own systemd
+    nodes.stop_all([*specs, config.jump_spec(), slurm.SPEC])
     for spec in specs:
-        nodes.stop(spec)
         network.remove_node_network(spec)
         nodes.detach_drives(drives.get(spec.name, []))
         progress(f"{spec.name}: down")
@@ -210,6 +211,16 @@ def reboot(name: str, bmc: bool = True) -> None:
     # systemd reached multi-user: the boot-time units have run
     nodes.ssh(spec, "systemctl is-system-running --wait >/dev/null || true")
 
+
+
+def reboot_all(names: list[str]) -> None:
+    """Power-cycle several nodes at once, as a site reboots a rack after provisioning:
+    each boot mostly waits on its own systemd, so one after another only adds waits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        for done in [pool.submit(reboot, name) for name in names]:
+            done.result()  # the first node's failure, as a reboot of that node alone
 
 def status() -> list[NodeStatus]:
     out = []

@@ -136,6 +136,15 @@ def pid_of(node: NodeSpec) -> int | None:
     return pid if not cmdline or cmdline.split(b"\0")[0].endswith(b"systemd-nspawn") else None
 
 
+
+def stop_all(machines: list[NodeSpec]) -> None:
+    """nodes.stop for several machines at the same time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(machines))) as pool:
+        for done in [pool.submit(stop, m) for m in machines]:
+            done.result()
+
 def wait_for_ssh(node: NodeSpec, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

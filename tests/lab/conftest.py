@@ -74,8 +74,7 @@ def provisioned_lab(lab_nodes) -> Lab:
         return lab_nodes
     result = run_playbook(lab_nodes.inventory, quiet=True)
     assert result.rc == 0, result.failures
-    for name in lab_nodes.names:  # the reboot provisioning asks for (kernel arguments)
-        lab.reboot(name)
+    lab.reboot_all(lab_nodes.names)  # the reboot provisioning asks for (kernel arguments)
     return lab_nodes
 
 

@@ -150,8 +150,7 @@ def _bios_converged(lab_nodes) -> None:
     first = _invoke("provision", "--inventory", "lab", "--tags", "bios")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     if any(_changed(first.stdout).values()):
-        for name in lab_nodes.names:  # the reboot the BIOS change asks for
-            lab.reboot(name)
+        lab.reboot_all(lab_nodes.names)  # the reboot the BIOS change asks for
         time.sleep(3)  # the iDRAC's configuration job runs through POST
     again = _invoke("provision", "--inventory", "lab", "--tags", "bios")
     assert again.returncode == 0, again.stdout[-2000:]
