@@ -34,10 +34,12 @@ class Provisioned:
 
 
 @pytest.fixture(scope="module")
-def provisioned(lab_nodes) -> Provisioned:
+def provisioned(lab_nodes, lab_converged) -> Provisioned:
     check = run_playbook(lab_nodes.inventory, "site.yml", check=True, diff=True, quiet=True)
     first = run_playbook(lab_nodes.inventory, "site.yml", quiet=True)
     second = run_playbook(lab_nodes.inventory, "site.yml", quiet=True)
+    # the later phases' provisioned_lab need not converge the lab a third time
+    lab_converged["converged"] = second.rc == 0 and not any(second.changed().values())
     return Provisioned(check, first, second)
 
 
