@@ -27,7 +27,7 @@ MALFORMED = "result.json malformed"
 CHECK_STATUSES = ("ok", "skipped", "error", "timeout", "interrupted")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TEXT_KEYS = ("run_id", "node", "hostname", "profile", "level", "started", "finished",
-              "resumed_at", "nonce")
+              "nonce")
 OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 _MAX_DETAILS = 5  # problems named one by one; the rest are counted
 
@@ -194,19 +194,24 @@ def _check(c: Any, where: str, p: _Problems) -> dict[str, Any] | None:
     raw_ms = _capped(raw_ms, f"{where}.measurements", p)
     ms = [m for i, raw in enumerate(raw_ms)
           if (m := _measurement(raw, f"{where}.measurements[{i}]", p)) is not None]
-    needs = c.get("needs", [])
-    if not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
-        p.add(f"{where}.needs", "is not a list of names")
-        needs = [n for n in needs if isinstance(n, str)] if isinstance(needs, list) else []
-    if len(needs) > p.caps.labels:
-        p.over("needs", f"{where}.needs", f"has {len(needs)} entries, over the cap of "
-                                          f"{p.caps.labels}; the rest dropped")
-    needs = [n for i, x in enumerate(needs[: p.caps.labels])
-             if (n := p.cut(x, f"{where}.needs[{i}]")) is not None]
+    needs = _texts(c.get("needs", []), f"{where}.needs", "needs", p)
     message = _text(c.get("message"), f"{where}.message", p, "", p.caps.message_chars)
     return {"check": name, "status": c["status"], "duration_s": float(dur),
             "measurements": ms, "message": message or "", "needs": needs}
 
+
+
+def _texts(v: Any, where: str, cap: str, p: _Problems) -> list[str]:
+    """A list of short texts (a check's needs, a resumed run's resume times): what is not
+    text is left out, and past the labels cap the rest is dropped; either is a problem."""
+    if not isinstance(v, list) or not all(isinstance(n, str) for n in v):
+        p.add(where, "is not a list of names" if cap == "needs" else "is not a list of text")
+        v = [n for n in v if isinstance(n, str)] if isinstance(v, list) else []
+    if len(v) > p.caps.labels:
+        p.over(cap, where, f"has {len(v)} entries, over the cap of {p.caps.labels}; "
+                           "the rest dropped")
+    return [n for i, x in enumerate(v[: p.caps.labels])
+            if (n := p.cut(x, f"{where}[{i}]")) is not None]
 
 def _capped(raw_ms: list[Any], where: str, p: _Problems) -> list[Any]:
     """The measurements this check may keep: its own cap and what is left of the total."""
@@ -229,6 +234,9 @@ def conform_result(data: dict[str, Any], problems: list[str],
                            else str(data["schema_version"])}
     for key in _TEXT_KEYS:
         out[key] = _text(data.get(key), key, p)
+    # a resumed run's: one time per resume (absent on a run that never stopped)
+    if data.get("resumed_at") is not None:
+        out["resumed_at"] = _texts(data["resumed_at"], "resumed_at", "resumed_at", p)
     claimed = data.get("outcome")
     if claimed is not None and claimed not in OUTCOMES:
         p.add("outcome", f"{_name(repr(claimed))} is not one of {', '.join(OUTCOMES)}")

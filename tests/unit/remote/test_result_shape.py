@@ -7,7 +7,9 @@ one part as a broken or hostile node could."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
+from pathlib import Path
 
 import pytest
 from test_judging import _run, hw_run  # noqa: F401  (the fixture)
@@ -15,6 +17,9 @@ from test_judging import _run, hw_run  # noqa: F401  (the fixture)
 from rackready.decide.judge import judge_run
 from rackready.remote.result_shape import MALFORMED, conform_result
 from rackready.report.build import build_reports
+
+# a real node's result.json: 2x H200, quick (tests/fixtures/README.md)
+REAL_RESULT = Path(__file__).resolve().parents[2] / "fixtures" / "h200x2-quick-result.json.gz"
 
 
 def _measurement(result: dict, name: str) -> dict:
@@ -237,3 +242,46 @@ def test_a_result_of_countless_tiny_values_is_refused_before_parsing(tmp_path, m
     assert got.result is None
     assert got.problems == ["result.json is unreadable (more than 1000 JSON values (the cap "
                             "per file))"]
+
+
+def test_what_the_node_s_schema_allows_the_controller_reads_as_well_formed():
+    # The node writes result.json to validation/schema/result.schema.json; the controller
+    # conforms it with its own hand checks (it must also read runs rebuilt from events).
+    # A status, outcome or digest form the schema gains and the controller lacks would
+    # make every healthy node INCOMPLETE: the two must move together.
+    from rackready.remote import result_shape
+    from validation.result_schema import load_schema
+
+    schema = load_schema()
+    defs = schema["$defs"]
+    assert set(defs["checkResult"]["properties"]["status"]["enum"]) <= \
+        set(result_shape.CHECK_STATUSES)
+    assert set(schema["properties"]["outcome"]["enum"]) <= set(result_shape.OUTCOMES)
+    assert defs["sha256"]["pattern"] == result_shape._SHA256.pattern
+    assert schema["properties"]["bundle_sha256"]["pattern"] == result_shape._SHA256.pattern
+    text_keys = [k for k in result_shape._TEXT_KEYS if k in schema["properties"]]
+    for key in text_keys:  # what the controller reads as text the schema holds as text
+        prop = schema["properties"][key]
+        if "$ref" in prop:
+            prop = defs[prop["$ref"].rsplit("/", 1)[1]]
+        if "enum" in prop:
+            assert all(isinstance(v, str) for v in prop["enum"]), key
+        else:
+            kinds = prop["type"]
+            assert "string" in ([kinds] if isinstance(kinds, str) else kinds), key
+    assert len(text_keys) == len(result_shape._TEXT_KEYS)
+
+
+def test_a_resumed_run_s_result_conforms_with_its_resume_times():
+    # result.json of a run that `--resume` continued: resumed_at is a list, per the schema
+    from validation.result_schema import check_result
+
+    result = json.loads(gzip.decompress(REAL_RESULT.read_bytes()))
+    result["resumed_at"] = ["2026-12-04T10:00:00+00:00", "2026-12-04T11:00:00+00:00"]
+    assert check_result(result) == []
+    problems: list[str] = []
+    out = conform_result(result, problems)
+    assert problems == [] and out["resumed_at"] == result["resumed_at"]
+    result["resumed_at"] = "2026-12-04T10:00:00+00:00"  # not what the schema allows
+    conform_result(result, problems)
+    assert problems == [f"{MALFORMED}: resumed_at is not a list of text"]
