@@ -211,3 +211,27 @@ def test_the_exit_code_is_the_whole_runs_a_resumed_node_passing_is_not_enough():
     failed_rack = {"groups": [{"outcome": "FAIL"}]}
     assert exit_code({"gpu01": passed, "gpu02": passed}, failed_rack) == 1
     assert exit_code({}, {}) == 1  # nothing judged is never a pass
+
+
+
+def test_a_node_resumed_by_the_controller_is_judged_on_its_checks(rack):
+    # gpu01's run stops after its first check (its node-side events cut there, no
+    # result.json, as a power loss leaves them); `--resume` continues it on the node, whose
+    # result.json then lists the resume times (resumed_at, a list per the node's schema):
+    # read as well formed, the node is judged on its checks, not INCOMPLETE for it
+    out = rack / "run"
+    only = "kernel.cmdline,kernel.nouveau"
+    validate.run_validation(node="gpu01", inventory="test", out=str(out), formats="json",
+                            only=only)
+    [node_out] = [p.parent for p in (rack / "good" / "base").rglob("events.jsonl")]
+    lines = (node_out / "events.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    cut = next(i for i, e in enumerate(events)
+               if e["event"] == "check_finished" and e["check"] == "kernel.cmdline") + 1
+    (node_out / "events.jsonl").write_text("\n".join(lines[:cut]) + "\n")
+    (node_out / "result.json").unlink()
+    validate.run_validation(node="gpu01", inventory="test", formats="json", resume=str(out))
+    result = json.loads((out / "gpu01" / "result.json").read_text())
+    assert len(result["resumed_at"]) == 1
+    judged = json.loads((out / "gpu01" / "judgement.json").read_text())
+    assert judged["outcome"] == "PARTIAL", judged.get("outcome_reason")
