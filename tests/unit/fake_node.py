@@ -35,6 +35,7 @@ from pathlib import Path
 
 import paramiko
 from paramiko import SFTPAttributes, SFTPHandle, SFTPServer, SFTPServerInterface
+from paramiko.common import MSG_CHANNEL_FAILURE, MSG_CHANNEL_SUCCESS
 
 from rackready.remote import ssh
 from rackready.site.inventory import Node
@@ -248,9 +249,43 @@ class _Server(paramiko.ServerInterface):
         return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-        threading.Thread(target=self.fake.run_exec, args=(command.decode(), channel),
-                         daemon=True, name="fake-node-exec").start()
+        # paramiko sends the request's success reply after this returns: a command that
+        # ended (and closed its channel) before that reads as "Channel closed." to the
+        # client, a race sshd does not have (it replies before the command can end). The
+        # command waits for the reply (_ReplyWatch), then runs.
+        replied = _ReplyWatch.expect(channel)
+
+        def run() -> None:
+            replied.wait(10)
+            self.fake.run_exec(command.decode(), channel)
+
+        threading.Thread(target=run, daemon=True, name="fake-node-exec").start()
         return True
+
+
+class _ReplyWatch:
+    """Which channels' request replies the server transport has sent, by channel."""
+
+    @staticmethod
+    def expect(channel: paramiko.Channel) -> threading.Event:
+        transport = channel.get_transport()
+        send = transport._send_user_message
+        watch: dict[int, threading.Event] = getattr(send, "replies", None)
+        if watch is None:  # first exec on this transport: wrap its sender once
+            watch = {}
+
+            def sending(m: paramiko.Message) -> None:
+                send(m)
+                data = m.asbytes()
+                if data[:1] in (bytes([MSG_CHANNEL_SUCCESS]), bytes([MSG_CHANNEL_FAILURE])):
+                    done = watch.pop(int.from_bytes(data[1:5], "big"), None)
+                    if done is not None:
+                        done.set()
+
+            sending.replies = watch  # type: ignore[attr-defined]
+            transport._send_user_message = sending
+        event = watch[channel.remote_chanid] = threading.Event()
+        return event
 
 
 class _Handle(SFTPHandle):
