@@ -204,7 +204,8 @@ def _bridge(channel: paramiko.Channel, dest: tuple[str, int]) -> None:
     except (OSError, EOFError, paramiko.SSHException):
         pass
     finally:
-        channel.close()
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            channel.close()  # the client may have dropped the connection already
         sock.close()
 
 
