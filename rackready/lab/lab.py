@@ -172,7 +172,6 @@ def down(progress=print) -> None:
         nodes.detach_drives(drives.get(spec.name, []))
         progress(f"{spec.name}: down")
     jump = config.jump_spec()
-    nodes.stop(jump)
     network.remove_node_network(jump)
     slurm.down()
     # Leftovers from an interrupted run that the state file does not know.
@@ -212,15 +211,10 @@ def reboot(name: str, bmc: bool = True) -> None:
     nodes.ssh(spec, "systemctl is-system-running --wait >/dev/null || true")
 
 
-
 def reboot_all(names: list[str]) -> None:
-    """Power-cycle several nodes at once, as a site reboots a rack after provisioning:
-    each boot mostly waits on its own systemd, so one after another only adds waits."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Power-cycle several nodes at once, as a site reboots a rack after provisioning."""
+    nodes.at_once(reboot, names)
 
-    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
-        for done in [pool.submit(reboot, name) for name in names]:
-            done.result()  # the first node's failure, as a reboot of that node alone
 
 def status() -> list[NodeStatus]:
     out = []

@@ -9,12 +9,17 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from rackready.errors import EnvironmentProblem
 from rackready.lab import config, keys, repo, rootfs
 from rackready.lab.config import NodeSpec
 from rackready.lab.shell import run
+
+T = TypeVar("T")
 
 
 def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
@@ -136,14 +141,18 @@ def pid_of(node: NodeSpec) -> int | None:
     return pid if not cmdline or cmdline.split(b"\0")[0].endswith(b"systemd-nspawn") else None
 
 
+def at_once(action: Callable[[T], object], items: list[T]) -> None:
+    """action on every item at the same time (machines that boot or shut down mostly wait
+    on their own systemd); the first item's failure is raised, as the action alone would."""
+    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+        for done in [pool.submit(action, item) for item in items]:
+            done.result()
+
 
 def stop_all(machines: list[NodeSpec]) -> None:
     """nodes.stop for several machines at the same time."""
-    from concurrent.futures import ThreadPoolExecutor
+    at_once(stop, machines)
 
-    with ThreadPoolExecutor(max_workers=max(1, len(machines))) as pool:
-        for done in [pool.submit(stop, m) for m in machines]:
-            done.result()
 
 def wait_for_ssh(node: NodeSpec, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s

@@ -194,24 +194,24 @@ def _check(c: Any, where: str, p: _Problems) -> dict[str, Any] | None:
     raw_ms = _capped(raw_ms, f"{where}.measurements", p)
     ms = [m for i, raw in enumerate(raw_ms)
           if (m := _measurement(raw, f"{where}.measurements[{i}]", p)) is not None]
-    needs = _texts(c.get("needs", []), f"{where}.needs", "needs", p)
+    needs = _texts(c.get("needs", []), f"{where}.needs", "needs", p, "names")
     message = _text(c.get("message"), f"{where}.message", p, "", p.caps.message_chars)
     return {"check": name, "status": c["status"], "duration_s": float(dur),
             "measurements": ms, "message": message or "", "needs": needs}
 
 
-
-def _texts(v: Any, where: str, cap: str, p: _Problems) -> list[str]:
+def _texts(v: Any, where: str, cap: str, p: _Problems, noun: str = "text") -> list[str]:
     """A list of short texts (a check's needs, a resumed run's resume times): what is not
     text is left out, and past the labels cap the rest is dropped; either is a problem."""
     if not isinstance(v, list) or not all(isinstance(n, str) for n in v):
-        p.add(where, "is not a list of names" if cap == "needs" else "is not a list of text")
+        p.add(where, f"is not a list of {noun}")
         v = [n for n in v if isinstance(n, str)] if isinstance(v, list) else []
     if len(v) > p.caps.labels:
         p.over(cap, where, f"has {len(v)} entries, over the cap of {p.caps.labels}; "
                            "the rest dropped")
     return [n for i, x in enumerate(v[: p.caps.labels])
             if (n := p.cut(x, f"{where}[{i}]")) is not None]
+
 
 def _capped(raw_ms: list[Any], where: str, p: _Problems) -> list[Any]:
     """The measurements this check may keep: its own cap and what is left of the total."""

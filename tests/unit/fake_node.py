@@ -253,8 +253,8 @@ class _Server(paramiko.ServerInterface):
         # paramiko sends the request's success reply after this returns: a command that
         # ended (and closed its channel) before that reads as "Channel closed." to the
         # client, a race sshd does not have (it replies before the command can end). The
-        # command waits for the reply (_ReplyWatch), then runs.
-        replied = _ReplyWatch.expect(channel)
+        # command waits for the reply, then runs.
+        replied = _reply_sent(channel)
 
         def run() -> None:
             replied.wait(10)
@@ -264,29 +264,27 @@ class _Server(paramiko.ServerInterface):
         return True
 
 
-class _ReplyWatch:
-    """Which channels' request replies the server transport has sent, by channel."""
+def _reply_sent(channel: paramiko.Channel) -> threading.Event:
+    """Set once the server transport has sent its reply to this channel's request: its
+    sender is wrapped once per transport and sets the event of the channel it answers."""
+    transport = channel.get_transport()
+    send = transport._send_user_message
+    waiting: dict[int, threading.Event] | None = getattr(send, "waiting", None)
+    if waiting is None:
+        waiting = {}
 
-    @staticmethod
-    def expect(channel: paramiko.Channel) -> threading.Event:
-        transport = channel.get_transport()
-        send = transport._send_user_message
-        watch: dict[int, threading.Event] = getattr(send, "replies", None)
-        if watch is None:  # first exec on this transport: wrap its sender once
-            watch = {}
+        def sending(m: paramiko.Message) -> None:
+            send(m)
+            data = m.asbytes()
+            if data[:1] in (bytes([MSG_CHANNEL_SUCCESS]), bytes([MSG_CHANNEL_FAILURE])):
+                sent = waiting.pop(int.from_bytes(data[1:5], "big"), None)
+                if sent is not None:
+                    sent.set()
 
-            def sending(m: paramiko.Message) -> None:
-                send(m)
-                data = m.asbytes()
-                if data[:1] in (bytes([MSG_CHANNEL_SUCCESS]), bytes([MSG_CHANNEL_FAILURE])):
-                    done = watch.pop(int.from_bytes(data[1:5], "big"), None)
-                    if done is not None:
-                        done.set()
-
-            sending.replies = watch  # type: ignore[attr-defined]
-            transport._send_user_message = sending
-        event = watch[channel.remote_chanid] = threading.Event()
-        return event
+        sending.waiting = waiting  # type: ignore[attr-defined]
+        transport._send_user_message = sending
+    event = waiting[channel.remote_chanid] = threading.Event()
+    return event
 
 
 class _Handle(SFTPHandle):

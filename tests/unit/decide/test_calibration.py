@@ -9,18 +9,17 @@ simulated ConnectX-7 NDR (97.5 % of 400 Gb/s less a stable per-port spread of 1.
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
 
 from rackready.decide.calibration import calibrate_profile, overlay_document
 from rackready.errors import UserError
+from rackready.site.paths import INVENTORIES
 from validation.judge import judge
 from validation.model import CheckResult, Measurement
 from validation.profile import ProfileError, load_profile, with_site
 
-REPO = Path(__file__).resolve().parents[3]
 METRIC = "rdma.gpudirect_bw_gbps"
 
 
@@ -134,7 +133,7 @@ def site(tmp_path, monkeypatch):
 
     monkeypatch.setattr(validate.ssh, "connect", refuse)
     inv = tmp_path / "rack1"
-    shutil.copytree(REPO / "inventories" / "rack1", inv)
+    shutil.copytree(INVENTORIES / "rack1", inv)
     return inv
 
 

@@ -20,6 +20,7 @@ from rackready.decide.judge import judge_run
 from rackready.decide.outcome import rack_outcome
 from rackready.report.build import build_reports
 from rackready.run.rundir import Plan, PlannedNode, RunDir
+from rackready.site.paths import PROJECT_ROOT
 
 PROFILE = "xe9680-h200-lab"
 
@@ -177,7 +178,7 @@ thresholds:
 
 def _fleet_profile(tmp: Path) -> str:
     """A test profile beside copies of the real one it extends."""
-    profiles = Path(__file__).resolve().parents[3] / "validation" / "profiles"
+    profiles = PROJECT_ROOT / "validation" / "profiles"
     for path in [profiles / "xe9680-h200.yml", *profiles.glob("_*.yml")]:  # and its bases
         shutil.copy(path, tmp / path.name)
     (tmp / "fleet.yml").write_text(FLEET_PROFILE)

@@ -20,8 +20,9 @@ import pytest
 from rackready.lab.hwsim.faults import apply_fault
 from rackready.lab.hwsim.state import build_state
 from rackready.lab.hwsim.sysroot import write_node_state
+from rackready.site.paths import PROJECT_ROOT
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = PROJECT_ROOT
 CAPTURE = Path(__file__).resolve().parents[2] / "fixtures" / "hgx-h200-2gpu"
 
 

@@ -20,9 +20,10 @@ import yaml
 
 from rackready.lab.hwsim.state import DISTRIBUTION_KEY, build_state
 from rackready.lab.hwsim.sysroot import write_node_state
+from rackready.site.paths import PROJECT_ROOT
 from tests.unit.roles.test_roles_parsing import render, task
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = PROJECT_ROOT
 SB_VAR = ("var/lib/hwsim/root/sys/firmware/efi/efivars/"
           "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
 KERNEL = "6.1.0-41-amd64"

@@ -14,8 +14,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from rackready.lab import repo
+from rackready.site.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 REQS = ROOT / "roles/validation_tools/files/node-requirements.txt"
 # Import name -> distribution for what the node-side suite imports.
 DISTRIBUTIONS = {"torch": "torch", "numpy": "numpy", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"}

@@ -21,6 +21,7 @@ from rackready.lab.hwsim.faults import apply_fault, heal
 from rackready.lab.hwsim.state import build_state
 from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state, write_node_state
 from rackready.site.inventory import provisioned
+from rackready.site.paths import PROJECT_ROOT
 from validation.checks.registry import CheckSkipped, Context, all_checks
 from validation.judge import judge
 from validation.launch_map import LaunchMap, RankBinding, slurm_line, torchrun_wrapper
@@ -29,7 +30,7 @@ from validation.probes import rdma
 from validation.profile import ProfileError, load_profile, with_site
 from validation.workloads.common_env import nccl_ib_tc, roce_env
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 
 # `mlxconfig -d 0000:1a:00.0 q` (MFT 4.x): the Next Boot column alone; a '*' row starts
 # the line (its next-boot value differs from the default)

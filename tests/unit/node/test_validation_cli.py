@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from test_checks_gpu import FIX, GPU1, SERIAL1, xml_fault
 
+from rackready.site.paths import PROJECT_ROOT
 from validation.result_schema import check_result
 
 pytestmark = pytest.mark.integration  # the suite as a real process
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = PROJECT_ROOT
 # The capture host as it was: 2 GPUs, no ConnectX/NVMe/fabric manager. The GPU workloads
 # (torch) have their own tests; here torch on the CPU is not the GPU they need.
 SCOPE = ["--gpus", "2", "--without", "rdma,nvme,raid,fabric-manager,torch,nccl-tests,fio"]

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
+from rackready.site.paths import PROJECT_ROOT
 from validation.profile import PROFILE_DIR, list_profiles, load_profile
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 PINNED = {  # role -> its version variables
     "nvidia_driver": ("nvidia_driver_branch", "nvidia_driver_version"),
     "cuda_toolkit": ("cuda_toolkit_version", "cuda_toolkit_package_version"),

@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
 
+from rackready.site.paths import PROJECT_ROOT  # noqa: E402
 from validation.workloads.launch import WorkloadFailed, run_workload  # noqa: E402
 
 
@@ -186,7 +187,7 @@ def test_a_workload_ends_by_exit_process_with_its_output_flushed():
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[3]
+    repo = PROJECT_ROOT
     code = ("import sys; from validation.workloads.common import exit_process; "
             "print('out', end=''); print('err', end='', file=sys.stderr); exit_process(3)")
     p = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,

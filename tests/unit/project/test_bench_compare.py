@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+REPO = PROJECT_ROOT
 sys.path.insert(0, str(REPO / "bench"))
 
 import compare  # noqa: E402

@@ -4,9 +4,10 @@ program cannot rot (the full sizes are a benchmark, run by hand: docs/scale.md).
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+REPO = PROJECT_ROOT
 spec = importlib.util.spec_from_file_location("controller_scale",
                                               REPO / "bench" / "controller_scale.py")
 controller_scale = importlib.util.module_from_spec(spec)

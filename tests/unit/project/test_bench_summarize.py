@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+REPO = PROJECT_ROOT
 RECORDED = REPO / "tests" / "fixtures" / "bench" / "h200x2-2026-11-30"
 SCRIPT = REPO / "bench" / "summarize.py"
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+REPO = PROJECT_ROOT
 FIXTURE = REPO / "tests" / "fixtures" / "h200x2-quick-result.json.gz"
 spec = importlib.util.spec_from_file_location("walltime", REPO / "bench" / "walltime.py")
 walltime = importlib.util.module_from_spec(spec)

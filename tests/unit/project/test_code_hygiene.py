@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 TREES = ("rackready", "validation", "roles", "playbooks", "library", "tests", "bench")
 SUFFIXES = {".py", ".yml", ".yaml", ".j2", ".sh", ".json", ".cfg", ".toml"}
 # "issue 17", "(#17)"; not "NVIDIA/open-gpu-kernel-modules issue 1150" (an upstream source)

@@ -4,16 +4,16 @@ has a row, and every check a finished row names exists."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from fault_expectations import FAULT_FAMILIES, LAB_FAULT_KINDS
 from test_docs_test_ids import CITED, missing_tests
 
 from rackready.decide.rack import RACK_CHECKS
 from rackready.lab.hwsim.faults import FAULT_KINDS
+from rackready.site.paths import PROJECT_ROOT
 from validation.checks.registry import all_checks
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 DOC = ROOT / "docs" / "detection.md"
 # the kinds issue #16 adds: each must have a row (TODO until its tests exist)
 NEW_KINDS = ("sxid", "nvme-media-errors", "nvme-wear-out", "dimm-missing",

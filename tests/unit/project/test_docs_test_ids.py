@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 CITED = re.compile(r"`((?:unit|lab|browser|gpu)/(?:\w+/)*test_\w+\.py)(?:::(test_\w+))?`")
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 PACKAGE = ROOT / "rackready"
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 # decide.outcome is the one writer; the keys it writes and the functions that word them

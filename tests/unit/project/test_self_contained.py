@@ -18,7 +18,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 # what a walk without git leaves out: the same as .gitignore
 SKIP_DIRS = {".git", ".venv", "runs", "artifacts", "__pycache__", ".pytest_cache", ".mypy_cache",
              ".ruff_cache", "build", "dist", ".whl", ".gl"}

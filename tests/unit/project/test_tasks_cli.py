@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 INVOKE = [sys.executable, "-m", "invoke"]
 pytestmark = pytest.mark.integration  # the command line as real processes
 

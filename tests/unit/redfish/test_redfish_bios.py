@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import socket
-from pathlib import Path
 
 import pytest
 import yaml
 
 from rackready.redfish import bios
 from rackready.redfish.client import AuthError, Client, RedfishError, extended_info
+from rackready.site.paths import PROJECT_ROOT
 from tests.unit.fake_redfish import FakeBMC, make_ca
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 PASSWORD = "s3cret-Bmc-Pa55"  # noqa: S105  a test password, grepped for in outputs
 
 

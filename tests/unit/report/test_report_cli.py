@@ -15,8 +15,9 @@ from test_report_synthetic import healthy_and_faulty, result, write_run
 
 from rackready.report.cli import main
 from rackready.report.seal.signing import PASSPHRASE_ENV
+from rackready.site.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 pytestmark = pytest.mark.integration  # the command line as real processes
 
 

@@ -13,6 +13,7 @@ from test_report_synthetic import GEMM_TFLOPS, healthy_and_faulty, result, write
 
 from rackready.report.build import build_documents
 from rackready.report.schema import load_schema, schema_errors
+from rackready.site.paths import PROJECT_ROOT
 
 
 def test_every_built_report_validates(tmp_path: Path) -> None:
@@ -97,7 +98,7 @@ def test_artifact_hash_mismatch_is_reported(tmp_path: Path) -> None:
 
 
 def test_schema_file_is_published_json(tmp_path: Path) -> None:
-    path = Path(__file__).resolve().parents[3] / "rackready/report/schema/report.schema.json"
+    path = PROJECT_ROOT / "rackready/report/schema/report.schema.json"
     assert json.loads(path.read_text())["title"] == "rackready acceptance report"
 
 

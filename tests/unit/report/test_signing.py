@@ -29,6 +29,7 @@ from rackready.report.seal.signing import (
     sign_reports,
     verify_report_dir,
 )
+from rackready.site.paths import PROJECT_ROOT
 
 WHEN = datetime(2026, 12, 1, 9, 30, tzinfo=timezone.utc)
 
@@ -332,7 +333,7 @@ def test_unsigned_single_node_run_verifies_once_signed(tmp_path: Path,
 
 
 def _doc_block(start: str, fence: str) -> str:
-    text = (Path(__file__).resolve().parents[3] / "docs" / "signing.md").read_text()
+    text = (PROJECT_ROOT / "docs" / "signing.md").read_text()
     body = text.split(f"```{fence}\n{start}", 1)[1].split("```", 1)[0]
     return start + body
 

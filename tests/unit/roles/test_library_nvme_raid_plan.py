@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-LIB = Path(__file__).resolve().parents[3] / "library" / "nvme_raid_plan.py"
+from rackready.site.paths import PROJECT_ROOT
+
+LIB = PROJECT_ROOT / "library" / "nvme_raid_plan.py"
 spec = importlib.util.spec_from_file_location("nvme_raid_plan", LIB)
 plan_mod = importlib.util.module_from_spec(spec)
 sys.modules["nvme_raid_plan"] = plan_mod

@@ -6,14 +6,14 @@ it exists). Expressions are read from the role files, so a change there is teste
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 SMI_Q = ROOT / "tests/fixtures/hgx-h200-2gpu/nvidia-smi-q.txt"
 
 

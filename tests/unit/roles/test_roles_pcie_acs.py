@@ -18,8 +18,9 @@ from ansible.template import Templar
 
 from rackready.lab.hwsim.state import build_state
 from rackready.lab.hwsim.sysroot import write_node_state
+from rackready.site.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 TEMPLATE = ROOT / "roles/os_baseline/templates/rackready-pcie-acs.sh.j2"
 
 

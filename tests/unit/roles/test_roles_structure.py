@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
 # Per-distribution override files first_found may pick (distribution-version, -major, name).
 OVERRIDE = re.compile(r"^(Debian|Ubuntu)(-\d+(\.\d+)?)?\.yml$")

@@ -21,7 +21,9 @@ from ansible.module_utils.common.text.converters import to_bytes
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import AnsibleEnvironment, Templar
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 ROLE = ROOT / "roles/slurm_node"
 KEY_NAME = re.compile(r"(?<![\w])slurm_node_munge_key(?![\w])")
 

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 LIB = ROOT / "library" / "rackready_supply.py"
 spec = importlib.util.spec_from_file_location("rackready_supply", LIB)
 supply = importlib.util.module_from_spec(spec)

@@ -21,9 +21,10 @@ from rackready.remote import ssh
 from rackready.site import inventory
 from rackready.site.connection import Hop
 from rackready.site.inventory import provisioned
+from rackready.site.paths import PROJECT_ROOT
 from rackready.steps import validate
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 PASSWORD = "correct horse battery staple"
 
 

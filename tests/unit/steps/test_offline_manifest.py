@@ -13,10 +13,11 @@ import yaml
 
 from rackready.errors import UserError
 from rackready.lab.hwsim import packages as hwsim_packages
+from rackready.site.paths import PROJECT_ROOT
 from rackready.steps import offline_manifest, provision
 from rackready.steps.offline_manifest import Manifest, Source, from_vars, manifest
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 ROLES = ROOT / "roles"
 
 

@@ -11,18 +11,18 @@ import dataclasses
 import os
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from rackready.errors import UserError
 from rackready.remote.slurm import RemoteScontrol, SlurmError, SlurmLaunch
 from rackready.site.inventory import Node
+from rackready.site.paths import PROJECT_ROOT
 from rackready.site.slurm import settings
 from rackready.steps.slurm_run import SlurmRun
 from validation.drain import apply
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = PROJECT_ROOT
 CAPTURED = ROOT / "tests/fixtures/slurm/captured"
 
 
