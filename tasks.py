@@ -364,16 +364,70 @@ def _xdist_workers(tier: str) -> int:
     return max(1, min(cores + 1 if tier == "unit" else cores, 5))
 
 
-def _pytest_tier(c, tier: str, k: str | None) -> int:
-    import shlex
-
+def _pytest_args(tier: str, k: str | None) -> list[str]:
     args = [sys.executable, "-m", "pytest", "-m", str(TEST_TIERS[tier])]
     if tier in ("unit", "integration") and (workers := _xdist_workers(tier)):
         # worksteal: an idle worker takes queued tests from a busy one (a few take a minute)
         args += ["-n", str(workers), "--dist", "worksteal"]
     if k:
         args += ["-k", k]
-    return c.run(shlex.join(args), pty=False, warn=True, env={"PYTHONUNBUFFERED": "1"}).exited
+    return args
+
+
+def _run_tier(c, tier: str, k: str | None) -> int:
+    import shlex
+
+    if tier != "lint":
+        return c.run(shlex.join(_pytest_args(tier, k)), pty=False, warn=True,
+                     env={"PYTHONUNBUFFERED": "1"}).exited
+    try:
+        lint(c)
+        return 0
+    except Exit as exc:
+        print(f"test: {exc.message}" if exc.message else "test: lint failed")
+        return exc.code or 1
+
+
+def _print_tier(tier: str, took: float, rc: int) -> None:
+    print(f"test: tier {tier} {took:.0f} s" + ("" if rc == 0 else f", FAILED (exit {rc})"),
+          flush=True)
+
+
+class _TierBeside:
+    """A tier run beside the others (the lab tier: about half its time it waits on SSH,
+    reboots and the nodes' own processes, which the other tiers fill). Its output goes to
+    artifacts/test-<tier>.log and is printed whole when it ends."""
+
+    def __init__(self, tier: str, k: str | None):
+        import subprocess
+
+        artifacts = Path(os.environ.get("RACKREADY_ARTIFACTS", ROOT / "artifacts"))
+        artifacts.mkdir(parents=True, exist_ok=True)
+        self.tier = tier
+        self.log = artifacts / f"test-{tier}.log"
+        self.start = time.monotonic()
+        with self.log.open("w") as out:  # the child has its own copy of the descriptor
+            self.proc = subprocess.Popen(_pytest_args(tier, k), cwd=ROOT, stdout=out,
+                                         stderr=subprocess.STDOUT,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        print(f"test: tier {tier} runs beside the others; its output: {self.log} "
+              "(printed here when it ends)", flush=True)
+
+    def finish(self) -> tuple[int, float]:
+        """Wait for it and print its output: (exit code, wall seconds)."""
+        rc = self.proc.wait()
+        took = time.monotonic() - self.start
+        print(self.log.read_text(errors="replace"), end="", flush=True)
+        return rc, took
+
+    def abandon(self) -> None:
+        """The run was cut short (a Ctrl-C reaches this tier too): let its teardown end."""
+        import subprocess
+
+        try:
+            self.proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 @task(
@@ -403,26 +457,35 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
         from rackready.lab.testenv import ensure_test_packages
 
         ensure_test_packages()
-    codes = {}
-    took = {}
-    for tier in tiers:
-        start = time.monotonic()
-        if tier == "lint":
-            try:
-                lint(c)
-                codes[tier] = 0
-            except Exit as exc:
-                print(f"test: {exc.message}" if exc.message else "test: lint failed")
-                codes[tier] = exc.code or 1
-        else:
-            codes[tier] = _pytest_tier(c, tier, k)
-        took[tier] = time.monotonic() - start
-        print(f"test: tier {tier} {took[tier]:.0f} s"
-              + ("" if codes[tier] == 0 else f", FAILED (exit {codes[tier]})"), flush=True)
+    suite_start = time.monotonic()
+    codes: dict[str, int] = {}
+    took: dict[str, float] = {}
+    beside = _TierBeside("lab", k) if "lab" in tiers and len(tiers) > 1 else None
+    if beside:
+        # the lab tier keeps the CPU it asks for (its steps hold deadlines); the other
+        # tiers, all started from here on, take what it leaves idle
+        os.nice(10)
+    try:
+        for tier in tiers:
+            if beside and tier == beside.tier:
+                continue
+            start = time.monotonic()
+            codes[tier] = _run_tier(c, tier, k)
+            took[tier] = time.monotonic() - start
+            _print_tier(tier, took[tier], codes[tier])
+        if beside:
+            codes[beside.tier], took[beside.tier] = beside.finish()
+            _print_tier(beside.tier, took[beside.tier], codes[beside.tier])
+    except BaseException:
+        if beside:
+            beside.abandon()
+        raise
+    codes = {t: codes[t] for t in tiers}  # the tiers' own order: summary and exit code
     if len(tiers) > 1:
         print("test: " + ", ".join(f"{t} {'passed' if rc == 0 else f'exit {rc}'} "
                                    f"({took[t]:.0f} s)" for t, rc in codes.items())
-              + f"; whole suite {sum(took.values()):.0f} s")
+              + f"; whole suite {time.monotonic() - suite_start:.0f} s"
+              + (" (the lab tier beside the others)" if beside else ""))
     # -k over several tiers: a tier it selects nothing in (pytest's 5) is no failure,
     # unless it selects nothing anywhere
     if k and len(tiers) > 1 and any(rc == 0 for rc in codes.values()):
@@ -435,22 +498,34 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
 @task
 def lint(c):
     """ruff, yamllint, ansible-lint (production profile), mypy and the layer contract
-    (lint-imports: pyproject's [tool.importlinter]) over the tree."""
+    (lint-imports: pyproject's [tool.importlinter]) over the tree, all at once (each is one
+    process on one core; mypy takes the longest)."""
+    import contextlib
+    import subprocess
+    import tempfile
+
     bindir = Path(sys.executable).parent
-    failed = False
-    for cmd in (
-        f"{bindir}/ruff check .",
-        f"{bindir}/yamllint -s .",
-        f"{bindir}/ansible-lint",
-        f"{bindir}/mypy",  # rackready, validation, tasks.py: [tool.mypy] in pyproject.toml
-        f"{bindir}/lint-imports",
-    ):
-        print(f"$ {cmd}")
-        # PYTHONPATH: lint-imports reads this tree's packages, not an installed copy
-        env = {"PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
-        failed |= bool(c.run(cmd, warn=True, env=env).exited)
+    # PYTHONPATH: lint-imports reads this tree's packages, not an installed copy
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    linters = ("ruff check .", "yamllint -s .", "ansible-lint",
+               "mypy",  # rackready, validation, tasks.py: [tool.mypy] in pyproject.toml
+               "lint-imports")
+    failed = []
+    with contextlib.ExitStack() as stack:
+        running = []
+        for cmd in linters:
+            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            running.append((cmd, out, subprocess.Popen(
+                f"{bindir}/{cmd}", shell=True, cwd=ROOT, env=env, stdout=out,
+                stderr=subprocess.STDOUT)))
+        for cmd, out, proc in running:  # each one's output whole, in the order above
+            rc = proc.wait()
+            out.seek(0)
+            print(f"$ {cmd}\n{out.read()}", end="", flush=True)
+            if rc:
+                failed.append(cmd.split()[0])
     if failed:
-        raise Exit("lint failed", code=1)
+        raise Exit(f"lint failed: {', '.join(failed)}", code=1)
 
 
 # invoke types a bare @task as returning a Callable (it returns a Task): hence the ignores
