@@ -239,7 +239,7 @@ def test_a_running_daemon_stops_at_once_on_sigterm(xe: Path) -> None:
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-        assert time.monotonic() - sent < 1.0
+        assert time.monotonic() - sent < 1.2  # the old poll: ~1.8 s left of its sleep
     finally:
         proc.kill()
         proc.wait()

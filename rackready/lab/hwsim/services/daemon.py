@@ -51,13 +51,17 @@ def main(argv: list[str]) -> int:
     why = refusal(load_state(), a.service, a.version)
     if why:
         raise ToolError(why, 1)
-    with locked_state() as state:
-        _apply(state, a.service, True)
     if a.once:
+        with locked_state() as state:
+            _apply(state, a.service, True)
         return 0
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, _stop)  # before it says it runs: a stop then is recorded
     stopped = False
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # never cut the write
+        with locked_state() as state:
+            _apply(state, a.service, True)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         while True:
             time.sleep(2)
             if refusal(load_state(), a.service, a.version):
