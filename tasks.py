@@ -430,6 +430,14 @@ class _TierBeside:
             self.proc.kill()
 
 
+def _start_lab_beside(k: str | None) -> _TierBeside:
+    beside = _TierBeside("lab", k)
+    # the lab tier keeps the CPU it asks for (its steps hold deadlines); the tiers started
+    # from here on take what it leaves idle
+    os.nice(10)
+    return beside
+
+
 @task(
     help={
         "k": "only tests matching this expression (pytest -k)",
@@ -460,22 +468,24 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
     suite_start = time.monotonic()
     codes: dict[str, int] = {}
     took: dict[str, float] = {}
-    beside = _TierBeside("lab", k) if "lab" in tiers and len(tiers) > 1 else None
-    if beside:
-        # the lab tier keeps the CPU it asks for (its steps hold deadlines); the other
-        # tiers, all started from here on, take what it leaves idle
-        os.nice(10)
+    # The unit tier has the machine to itself (its own bar: 3 minutes on 2 cores); then
+    # the lab tier starts and the others run beside it.
+    lab_beside = "lab" in tiers and len(tiers) > 1
+    beside: _TierBeside | None = None
     try:
         for tier in tiers:
-            if beside and tier == beside.tier:
+            if lab_beside and tier == "lab":
                 continue
+            if lab_beside and beside is None and tier != "unit":
+                beside = _start_lab_beside(k)
             start = time.monotonic()
             codes[tier] = _run_tier(c, tier, k)
             took[tier] = time.monotonic() - start
             _print_tier(tier, took[tier], codes[tier])
-        if beside:
-            codes[beside.tier], took[beside.tier] = beside.finish()
-            _print_tier(beside.tier, took[beside.tier], codes[beside.tier])
+        if lab_beside:
+            beside = beside or _start_lab_beside(k)
+            codes["lab"], took["lab"] = beside.finish()
+            _print_tier("lab", took["lab"], codes["lab"])
     except BaseException:
         if beside:
             beside.abandon()
@@ -485,7 +495,7 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
         print("test: " + ", ".join(f"{t} {'passed' if rc == 0 else f'exit {rc}'} "
                                    f"({took[t]:.0f} s)" for t, rc in codes.items())
               + f"; whole suite {time.monotonic() - suite_start:.0f} s"
-              + (" (the lab tier beside the others)" if beside else ""))
+              + (" (the lab tier beside the others)" if lab_beside else ""))
     # -k over several tiers: a tier it selects nothing in (pytest's 5) is no failure,
     # unless it selects nothing anywhere
     if k and len(tiers) > 1 and any(rc == 0 for rc in codes.values()):

@@ -2,8 +2,8 @@
 prints every tier's output whole.
 
 tasks.py's own code runs here with each tier's pytest replaced by a small command: the
-lab tier's stand-in waits for a file the unit tier's stand-in writes, so it can only end
-when the two run at the same time.
+lab tier's stand-in waits for a file the integration tier's stand-in writes, so it can only
+end when the two run at the same time.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ def _stand_ins(tmp_path, monkeypatch, codes: dict[str, int]) -> list[str]:
     """Each tier's pytest becomes a command that prints its name and exits with its code;
     lint becomes a call that passes or fails. The list records the tiers as they start."""
     started: list[str] = []
-    met = tmp_path / "unit-ran"
+    met = tmp_path / "integration-ran"
 
     def args(tier, k):
         started.append(tier)
         body = f"print('output of the {tier} tier')"
-        if tier == "unit":
+        if tier == "integration":
             body += f"; open({str(met)!r}, 'w').close()"
-        if tier == "lab":  # ends only once the unit tier has run beside it
+        if tier == "lab":  # ends only once the integration tier has run beside it
             body = ("import os, time\nfor _ in range(200):\n"
                     f"    if os.path.exists({str(met)!r}): break\n    time.sleep(0.05)\n"
                     f"else: raise SystemExit('the lab tier ran alone')\n{body}")
@@ -71,8 +71,8 @@ def test_the_lab_tier_runs_beside_the_others_and_its_output_is_printed_whole(
     started = _stand_ins(tmp_path, monkeypatch, {})
     tasks.test.body(Context())
     out = capfd.readouterr().out
-    # the lab tier first, then the others at a lower priority, in the tiers' order
-    assert started == ["lab", "nice 10", "unit", "integration", "browser", "lint"]
+    # the unit tier alone, then the lab tier, then the others at a lower priority
+    assert started == ["unit", "lab", "nice 10", "integration", "browser", "lint"]
     log = tmp_path / "artifacts" / "test-lab.log"
     assert log.read_text() == "output of the lab tier\n"
     lines = out.splitlines()
