@@ -364,78 +364,16 @@ def _xdist_workers(tier: str) -> int:
     return max(1, min(cores + 1 if tier == "unit" else cores, 5))
 
 
-def _pytest_args(tier: str, k: str | None) -> list[str]:
+def _pytest_tier(c, tier: str, k: str | None) -> int:
+    import shlex
+
     args = [sys.executable, "-m", "pytest", "-m", str(TEST_TIERS[tier])]
     if tier in ("unit", "integration") and (workers := _xdist_workers(tier)):
         # worksteal: an idle worker takes queued tests from a busy one (a few take a minute)
         args += ["-n", str(workers), "--dist", "worksteal"]
     if k:
         args += ["-k", k]
-    return args
-
-
-def _run_tier(c, tier: str, k: str | None) -> int:
-    import shlex
-
-    if tier != "lint":
-        return c.run(shlex.join(_pytest_args(tier, k)), pty=False, warn=True,
-                     env={"PYTHONUNBUFFERED": "1"}).exited
-    try:
-        lint(c)
-        return 0
-    except Exit as exc:
-        print(f"test: {exc.message}" if exc.message else "test: lint failed")
-        return exc.code or 1
-
-
-def _print_tier(tier: str, took: float, rc: int) -> None:
-    print(f"test: tier {tier} {took:.0f} s" + ("" if rc == 0 else f", FAILED (exit {rc})"),
-          flush=True)
-
-
-class _TierBeside:
-    """A tier run beside the others (the lab tier: about half its time it waits on SSH,
-    reboots and the nodes' own processes, which the other tiers fill). Its output goes to
-    artifacts/test-<tier>.log and is printed whole when it ends."""
-
-    def __init__(self, tier: str, k: str | None):
-        import subprocess
-
-        artifacts = Path(os.environ.get("RACKREADY_ARTIFACTS", ROOT / "artifacts"))
-        artifacts.mkdir(parents=True, exist_ok=True)
-        self.tier = tier
-        self.log = artifacts / f"test-{tier}.log"
-        self.start = time.monotonic()
-        with self.log.open("w") as out:  # the child has its own copy of the descriptor
-            self.proc = subprocess.Popen(_pytest_args(tier, k), cwd=ROOT, stdout=out,
-                                         stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        print(f"test: tier {tier} runs beside the others; its output: {self.log} "
-              "(printed here when it ends)", flush=True)
-
-    def finish(self) -> tuple[int, float]:
-        """Wait for it and print its output: (exit code, wall seconds)."""
-        rc = self.proc.wait()
-        took = time.monotonic() - self.start
-        print(self.log.read_text(errors="replace"), end="", flush=True)
-        return rc, took
-
-    def abandon(self) -> None:
-        """The run was cut short (a Ctrl-C reaches this tier too): let its teardown end."""
-        import subprocess
-
-        try:
-            self.proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-def _start_lab_beside(k: str | None) -> _TierBeside:
-    beside = _TierBeside("lab", k)
-    # the lab tier keeps the CPU it asks for (its steps hold deadlines); the tiers started
-    # from here on take what it leaves idle
-    os.nice(10)
-    return beside
+    return c.run(shlex.join(args), pty=False, warn=True, env={"PYTHONUNBUFFERED": "1"}).exited
 
 
 @task(
@@ -465,37 +403,26 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
         from rackready.lab.testenv import ensure_test_packages
 
         ensure_test_packages()
-    suite_start = time.monotonic()
-    codes: dict[str, int] = {}
-    took: dict[str, float] = {}
-    # The unit tier has the machine to itself (its own bar: 3 minutes on 2 cores); then
-    # the lab tier starts and the others run beside it.
-    lab_beside = "lab" in tiers and len(tiers) > 1
-    beside: _TierBeside | None = None
-    try:
-        for tier in tiers:
-            if lab_beside and tier == "lab":
-                continue
-            if lab_beside and beside is None and tier != "unit":
-                beside = _start_lab_beside(k)
-            start = time.monotonic()
-            codes[tier] = _run_tier(c, tier, k)
-            took[tier] = time.monotonic() - start
-            _print_tier(tier, took[tier], codes[tier])
-        if lab_beside:
-            beside = beside or _start_lab_beside(k)
-            codes["lab"], took["lab"] = beside.finish()
-            _print_tier("lab", took["lab"], codes["lab"])
-    except BaseException:
-        if beside:
-            beside.abandon()
-        raise
-    codes = {t: codes[t] for t in tiers}  # the tiers' own order: summary and exit code
+    codes = {}
+    took = {}
+    for tier in tiers:
+        start = time.monotonic()
+        if tier == "lint":
+            try:
+                lint(c)
+                codes[tier] = 0
+            except Exit as exc:
+                print(f"test: {exc.message}" if exc.message else "test: lint failed")
+                codes[tier] = exc.code or 1
+        else:
+            codes[tier] = _pytest_tier(c, tier, k)
+        took[tier] = time.monotonic() - start
+        print(f"test: tier {tier} {took[tier]:.0f} s"
+              + ("" if codes[tier] == 0 else f", FAILED (exit {codes[tier]})"), flush=True)
     if len(tiers) > 1:
         print("test: " + ", ".join(f"{t} {'passed' if rc == 0 else f'exit {rc}'} "
                                    f"({took[t]:.0f} s)" for t, rc in codes.items())
-              + f"; whole suite {time.monotonic() - suite_start:.0f} s"
-              + (" (the lab tier beside the others)" if lab_beside else ""))
+              + f"; whole suite {sum(took.values()):.0f} s")
     # -k over several tiers: a tier it selects nothing in (pytest's 5) is no failure,
     # unless it selects nothing anywhere
     if k and len(tiers) > 1 and any(rc == 0 for rc in codes.values()):
