@@ -51,39 +51,22 @@ def main(argv: list[str]) -> int:
     why = refusal(load_state(), a.service, a.version)
     if why:
         raise ToolError(why, 1)
+    with locked_state() as state:
+        _apply(state, a.service, True)
     if a.once:
-        with locked_state() as state:
-            _apply(state, a.service, True)
         return 0
-    signal.signal(signal.SIGTERM, _stop)  # before it says it runs: a stop then is recorded
-    stopped = False
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # never cut the write
-        with locked_state() as state:
-            _apply(state, a.service, True)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        while True:
+        while not stopping:
             time.sleep(2)
             if refusal(load_state(), a.service, a.version):
                 break  # a fault injected while running takes the daemon down
-    except _Stopped:
-        stopped = True
     except KeyboardInterrupt:
         pass
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM: the record is written
     with locked_state() as state:
         _apply(state, a.service, False)
-    return 0 if stopped else 1
-
-
-class _Stopped(Exception):
-    pass
-
-
-def _stop(*_: object) -> None:
-    # Raising ends the sleep at once: a daemon that waited out its sleep held every
-    # systemctl stop, restart and lab reboot up to 2 s.
-    raise _Stopped
+    return 0 if stopping else 1
 
 
 if __name__ == "__main__":
