@@ -432,35 +432,43 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
         raise Exit(code=rc)
 
 
+def _all_at_once(commands: list[list[str]], env: dict[str, str]) -> list[str]:
+    """Start every command at once, then print each one's output whole, in the order
+    given; the names of those that failed."""
+    import contextlib
+    import subprocess
+    import tempfile
+
+    failed = []
+    with contextlib.ExitStack() as stack:
+        running = []
+        for cmd in commands:
+            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
+            running.append((cmd, out, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
+                                                       stderr=subprocess.STDOUT)))
+        for cmd, out, proc in running:
+            rc = proc.wait()
+            out.seek(0)
+            name = Path(cmd[0]).name
+            print(f"$ {' '.join([name, *cmd[1:]])}\n{out.read()}", end="", flush=True)
+            if rc:
+                failed.append(name)
+    return failed
+
+
 @task
 def lint(c):
     """ruff, yamllint, ansible-lint (production profile), mypy and the layer contract
     (lint-imports: pyproject's [tool.importlinter]) over the tree, all at once (each is one
     process on one core; mypy takes the longest)."""
-    import contextlib
-    import subprocess
-    import tempfile
-
     bindir = Path(sys.executable).parent
     # PYTHONPATH: lint-imports reads this tree's packages, not an installed copy
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
-    linters = ("ruff check .", "yamllint -s .", "ansible-lint",
-               "mypy",  # rackready, validation, tasks.py: [tool.mypy] in pyproject.toml
-               "lint-imports")
-    failed = []
-    with contextlib.ExitStack() as stack:
-        running = []
-        for cmd in linters:
-            out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            running.append((cmd, out, subprocess.Popen(
-                f"{bindir}/{cmd}", shell=True, cwd=ROOT, env=env, stdout=out,
-                stderr=subprocess.STDOUT)))
-        for cmd, out, proc in running:  # each one's output whole, in the order above
-            rc = proc.wait()
-            out.seek(0)
-            print(f"$ {cmd}\n{out.read()}", end="", flush=True)
-            if rc:
-                failed.append(cmd.split()[0])
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT)}
+    linters = [["ruff", "check", "."], ["yamllint", "-s", "."], ["ansible-lint"],
+               ["mypy"],  # rackready, validation, tasks.py: [tool.mypy] in pyproject.toml
+               ["lint-imports"]]
+    failed = _all_at_once([[str(bindir / tool), *args] for tool, *args in linters], env)
     if failed:
         raise Exit(f"lint failed: {', '.join(failed)}", code=1)
 
