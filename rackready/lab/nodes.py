@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,8 +20,10 @@ from rackready.errors import EnvironmentProblem
 from rackready.lab import config, keys, repo, rootfs
 from rackready.lab.config import NodeSpec
 from rackready.lab.shell import run
+from rackready.sanitize import one_line
 
 T = TypeVar("T")
+_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def create(node: NodeSpec, base: Path, all_nodes: list[NodeSpec]) -> str:
@@ -156,15 +160,32 @@ def stop_all(machines: list[NodeSpec]) -> None:
 
 def wait_for_ssh(node: NodeSpec, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
+    last = "port 22 closed"
     while time.monotonic() < deadline:
         if pid_of(node) is None:
             raise EnvironmentProblem(
                 f"{node.name} stopped while booting; see {node.dir / 'console.log'}"
             )
-        if _port_open(node.ip, 22) and ssh(node, "true", check=False).returncode == 0:
-            return
+        if _port_open(node.ip, 22):
+            probe = ssh(node, "true", check=False)
+            if probe.returncode == 0:
+                return
+            last = f"ssh: {one_line(probe.stderr, 160) or f'exit {probe.returncode}'}"
         time.sleep(0.5)
-    raise EnvironmentProblem(f"{node.name}: SSH did not answer within {timeout_s:.0f}s")
+    # The console's last lines go with the error: a test run removes the lab afterwards.
+    raise EnvironmentProblem(f"{node.name}: SSH did not answer within {timeout_s:.0f}s "
+                             f"({last}); console: {console_tail(node)}")
+
+
+def console_tail(node: NodeSpec, lines: int = 8) -> str:
+    """The console's last non-blank lines as one line (" | " between them)."""
+    try:
+        text = (node.dir / "console.log").read_bytes()[-8192:].decode(errors="replace")
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    text = _CSI.sub("", text)  # systemd colours its status words
+    kept = [one_line(line, 160) for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or "empty"
 
 
 def ssh(node: NodeSpec, command: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -195,11 +216,14 @@ def stop(node: NodeSpec, timeout_s: float = 30) -> None:
     pid = pid_of(node)
     if pid is None:
         return
-    os.kill(pid, signal.SIGTERM)
+    # it may end between the check and the signal (a reboot beside a shutdown)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and pid_of(node) is not None:
         time.sleep(0.2)
     if pid_of(node) is not None:
-        os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
         time.sleep(0.5)
     (node.dir / "nspawn.pid").unlink(missing_ok=True)
