@@ -22,7 +22,8 @@ def test_node_powered_off_mid_run_is_incomplete_with_its_events(provisioned_lab,
     events = run_dir / "lab-gpu01" / "events.jsonl"
     codes = []
     worker = threading.Thread(
-        target=lambda: codes.append(run_validation("lab-gpu01", "lab", "quick", str(run_dir)))
+        target=lambda: codes.append(run_validation("lab-gpu01", "lab", "quick", str(run_dir),
+                                                   formats="json"))
     )
     worker.start()
     deadline = time.monotonic() + 300

@@ -41,7 +41,7 @@ def _wait_for(node: str, state: str, timeout_s: float = 90) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"{node} is {_states().get(node)} in Slurm, not {state}, "
                         f"after {timeout_s:.0f}s")
-        time.sleep(2)
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
