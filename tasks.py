@@ -444,10 +444,15 @@ def _all_at_once(commands: list[list[str]], env: dict[str, str]) -> list[str]:
         running = []
         for cmd in commands:
             out = stack.enter_context(tempfile.TemporaryFile(mode="w+"))
-            running.append((cmd, out, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
-                                                       stderr=subprocess.STDOUT)))
+            try:
+                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out,
+                                        stderr=subprocess.STDOUT)
+            except OSError as exc:  # not installed: that tool fails, the others still run
+                out.write(f"cannot start {cmd[0]}: {exc.strerror}\n")
+                proc = None
+            running.append((cmd, out, proc))
         for cmd, out, proc in running:
-            rc = proc.wait()
+            rc = proc.wait() if proc else 127
             out.seek(0)
             name = Path(cmd[0]).name
             print(f"$ {' '.join([name, *cmd[1:]])}\n{out.read()}", end="", flush=True)

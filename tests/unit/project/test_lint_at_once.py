@@ -40,3 +40,11 @@ def test_tools_run_at_once_and_print_in_order_naming_the_failed(tmp_path, capfd)
 def test_all_passing_tools_name_none(capfd):
     assert tasks._all_at_once([_tool("print('fine')")], dict(os.environ)) == []
     assert "fine" in capfd.readouterr().out
+
+
+def test_a_tool_that_is_not_installed_fails_in_one_line_and_the_others_run(tmp_path, capfd):
+    missing = [str(tmp_path / "ruff"), "check", "."]
+    failed = tasks._all_at_once([missing, _tool("print('ran')")], dict(os.environ))
+    out = capfd.readouterr().out
+    assert failed == ["ruff"]
+    assert f"cannot start {missing[0]}: No such file or directory\n" in out and "ran" in out
