@@ -95,13 +95,14 @@ def group_vars() -> dict:
         # slurmctld on lab-slurm (rackready.lab.slurm) with the cluster's one slurm.conf and
         # munge key, as a site's nodes join its own; the controller submits through lab-slurm.
         "slurm_node_enabled": True,
+        # the site files live with the lab's state, outside the inventory folder
+        # (rackready.lab.slurm.site_dir: Ansible would read them as inventory sources)
         "slurm_node_slurm_conf":
-            "{{ lookup('ansible.builtin.file', inventory_dir ~ '/slurm/slurm.conf') }}",
+            f"{{{{ lookup('ansible.builtin.file', '{slurm.slurm_conf_file()}') }}}}",
         "slurm_node_munge_key": "{{ vault_slurm_munge_key }}",
         "slurm_node_cgroup_conf": {},  # containers: no cgroup plugin (slurm.conf says so)
         "slurm_node_health_suite_dir": "/opt/rackready/suite",
-        "slurm_node_health_suite_archive":
-            "{{ inventory_dir ~ '/slurm/validation-suite.tar.gz' }}",
+        "slurm_node_health_suite_archive": str(slurm.suite_archive_file()),
         "slurm_node_health_extra_args": ["--sysroot", "/var/lib/hwsim/root",
                                          "--without", "raid"],
         "rackready_slurm": {"submit_host": slurm.SPEC.ip, "partition": slurm.PARTITION},
@@ -125,7 +126,10 @@ def group_vars() -> dict:
     }
 
 
-def write(specs: list[NodeSpec], drives: dict[str, list[str]]) -> Path:
+def write(specs: list[NodeSpec], drives: dict[str, list[str]],
+          folder: Path = LAB_INVENTORY) -> Path:
+    """The inventory folder: hosts.yml and group_vars only (Ansible reads every file in
+    it as an inventory source); the Slurm site files go to rackready.lab.slurm.site_dir()."""
     groups: dict[str, dict] = {}
     for spec in specs:
         group = PLATFORM_GROUPS[spec.platform]
@@ -133,19 +137,20 @@ def write(specs: list[NodeSpec], drives: dict[str, list[str]]) -> Path:
             spec, drives.get(spec.name, [])
         )
     hosts = {"all": {"children": groups}}
-    all_vars = LAB_INVENTORY / "group_vars" / "all"
+    all_vars = folder / "group_vars" / "all"
     all_vars.mkdir(parents=True, exist_ok=True)
-    (LAB_INVENTORY / "group_vars" / "all.yml").unlink(missing_ok=True)  # Ansible reads one
+    (folder / "group_vars" / "all.yml").unlink(missing_ok=True)  # Ansible reads one
+    shutil.rmtree(folder / "slurm", ignore_errors=True)  # where an older lab.up wrote them
     header = "# Written by `invoke lab.up`; removed by `invoke lab.down`.\n"
-    (LAB_INVENTORY / "hosts.yml").write_text(
+    (folder / "hosts.yml").write_text(
         header + "---\n" + yaml.safe_dump(hosts, sort_keys=False)
     )
     (all_vars / "main.yml").write_text(
         header + "---\n" + yaml.safe_dump(group_vars(), sort_keys=False)
     )
     write_vault(all_vars / "vault.yml")
-    slurm.write_site_files(LAB_INVENTORY, specs)
-    return LAB_INVENTORY
+    slurm.write_site_files(specs)
+    return folder
 
 
 def write_vault(path: Path) -> None:

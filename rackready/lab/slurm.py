@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -131,15 +132,30 @@ def install_gpu_devices(spec: NodeSpec) -> None:
         link.symlink_to(f"/etc/systemd/system/{GPU_DEVICES_UNIT}")
 
 
-def write_site_files(inventory_dir: Path, specs: list[NodeSpec]) -> Path:
-    """inventories/lab/slurm/: slurm.conf and the suite archive the nodes' health gate runs
-    (the munge key goes into the vault)."""
+def site_dir() -> Path:
+    """Where the lab keeps the cluster's site files: beside its other state, never inside
+    inventories/lab (Ansible reads every file of an inventory folder as a source: an INI
+    slurm.conf there became hosts named `SlurmdPidFile=/run/slurmd.pid`)."""
+    return config.STATE_DIR / "slurm"
+
+
+def slurm_conf_file() -> Path:
+    return site_dir() / "slurm.conf"
+
+
+def suite_archive_file() -> Path:
+    return site_dir() / "validation-suite.tar.gz"
+
+
+def write_site_files(specs: list[NodeSpec]) -> Path:
+    """site_dir(): slurm.conf and the suite archive the nodes' health gate runs (the munge
+    key goes into the vault); the lab inventory points at them."""
     from rackready.remote import bundle
 
-    out = inventory_dir / "slurm"
+    out = site_dir()
     out.mkdir(parents=True, exist_ok=True)
-    (out / "slurm.conf").write_text(slurm_conf(specs))
-    (out / "validation-suite.tar.gz").write_bytes(bundle.build()[0])
+    slurm_conf_file().write_text(slurm_conf(specs))
+    suite_archive_file().write_bytes(bundle.build()[0])
     return out
 
 
@@ -195,4 +211,5 @@ def down() -> None:
     nodes.stop(SPEC)
     network.remove_node_network(SPEC)
     munge_key_file().unlink(missing_ok=True)
+    shutil.rmtree(site_dir(), ignore_errors=True)
 
