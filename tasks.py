@@ -169,7 +169,7 @@ def validate(c, node=None, inventory="lab", level="quick", out=None,
 @task(
     help={
         "inventory": "the site's inventory (the overlay goes to its calibration/ folder)",
-        "nodes": "known-good nodes to calibrate on, comma-separated (at least 2 per profile)",
+        "nodes": "known-good nodes to calibrate on, comma-separated (at least 3 per profile)",
         "level": "the level whose figures set the floors (default: standard)",
         "out": "run directory of the calibration run (default: runs/calibrate-<timestamp>)",
         "only": "run only these checks (comma-separated names): the overlay then holds "

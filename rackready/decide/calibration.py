@@ -7,12 +7,16 @@ measured) derives a calibrated floor from what the nodes measured:
 
     median and MAD over every device of every node (MAD x 1.4826 as sigma, at least 1 %
     of the median), floor = median - K sigma (above it for a lower-is-better limit),
-    never tighter than the weakest value the nodes showed (their repeats included) and
-    never looser than the profile's gross-fault line.
+    never tighter than the weakest value the nodes showed (their repeats included),
+    never below the profile's own limit by more than the set's spread (its median less
+    its weakest value) and never looser than the profile's gross-fault line.
 
-A node that did not pass, or that is an outlier within the set (its median, or one of
-its devices, more than K robust deviations on the bad side), is refused by name and no
-overlay is written: calibrating on a rack with one bad node cannot absorb its fault.
+Calibration can never absorb a fault: a set of fewer than MIN_NODES nodes of a profile
+is refused (of two nodes neither can outvote the other, so no outlier can be found); a
+node that misses the profile's own limit on a device (a "below expected" the
+uncalibrated judge lets pass) or that is an outlier within the set (its median, or one
+of its devices, more than K robust deviations on the bad side) is refused by name; and
+then no overlay is written.
 The overlay, inventories/SITE/calibration/<profile>.yml, names the nodes, their GPU
 serials, the date, level and versions; `invoke validate` applies it (profile tier
 "calibrated") and every report says so.
@@ -29,14 +33,16 @@ from typing import Any
 
 import yaml
 
+from rackready.decide.fleet import FLEET_MIN_NODES
 from rackready.errors import UserError
 from validation import metrics
-from validation.judge import ENTITY_LABELS, MAD_TO_SIGMA, _applies, fleet_outliers
+from validation.judge import ENTITY_LABELS, MAD_TO_SIGMA, _applies, compare, fleet_outliers
 from validation.model import CheckResult, Threshold
 from validation.profile import Profile, ProfileError, calibration_thresholds
 
 K = 4.0  # robust deviations: the calibrated floor's distance below the set's median
-MIN_NODES = 2  # fewer share no spread to calibrate from
+# fewer nodes have no majority to find an outlier by (validation.judge.fleet_outliers)
+MIN_NODES = FLEET_MIN_NODES
 MIN_SCALE = 0.01  # sigma is at least 1 % of the median (identical devices still get room)
 
 
@@ -103,50 +109,81 @@ def _round(value: float, down: bool) -> float:
     return (math.floor if down else math.ceil)(value / step) * step
 
 
+def too_small(profile: str, nodes: list[str], given: str = "the set has") -> str | None:
+    """The refusal of a set too small to find an outlier in, or None."""
+    if len(nodes) >= MIN_NODES:
+        return None
+    return (f"profile {profile}: calibration needs at least {MIN_NODES} known-good nodes "
+            f"(fewer cannot find an outlier among them: of two, neither outvotes the "
+            f"other); {given} {len(nodes)}" + (f" ({', '.join(nodes)})" if nodes else ""))
+
+
 def calibrate_limit(t: Threshold, devices: list[Device], k: float = K
                     ) -> tuple[float | None, dict[str, Any], list[str]]:
-    """(floor, statistics, refusals) for one limit from the set's devices."""
+    """(floor, statistics, refusals) for one limit from the set's devices; at most one
+    refusal a node: its miss of the profile's own limit, else its outlier."""
     better = metrics.get(t.metric).better
-    refusals = []
     by_node: dict[str, list[float]] = defaultdict(list)
     for d in devices:
         by_node[d.node].append(d.value)
+    refused: dict[str, str] = {}
+    if len(by_node) < MIN_NODES:
+        refused[""] = (f"{t.metric}{_where(t)}: measured on {len(by_node)} node(s) "
+                       f"({', '.join(sorted(by_node))}): fewer than {MIN_NODES} cannot find an "
+                       "outlier")
+    # every reference first passes the uncalibrated profile: a "below expected" is a miss
+    for d in sorted(devices, key=lambda d: (d.node, d.low if better != "lower" else -d.low)):
+        if d.node not in refused and not compare(t.op, d.low, t.value):
+            refused[d.node] = (f"{d.node}: {t.metric}{_where(t)} on {d.entity} {d.low:g}"
+                               f"{_unit(t)} misses the profile's own limit ({t.op} "
+                               f"{t.value:g}{_unit(t)}): a reference must pass the "
+                               "uncalibrated profile")
     node_medians = {n: statistics.median(v) for n, v in by_node.items()}
     for node in sorted(fleet_outliers(node_medians, k, better)):
-        refusals.append(f"{node}: {t.metric}{_where(t)} {node_medians[node]:g} is an outlier "
-                        f"among the calibration nodes (median "
-                        f"{statistics.median(node_medians.values()):g})")
+        refused.setdefault(node, f"{node}: {t.metric}{_where(t)} {node_medians[node]:g} is an "
+                           f"outlier among the calibration nodes (median "
+                           f"{statistics.median(node_medians.values()):g})")
     pooled = {f"{d.node} {d.entity}": d.value for d in devices}
     for key in sorted(fleet_outliers(pooled, k, better)):
         node, entity = key.split(" ", 1)
-        if node not in {r.split(":")[0] for r in refusals}:
-            refusals.append(f"{node}: {t.metric}{_where(t)} on {entity} {pooled[key]:g} is an "
-                            "outlier among the calibration nodes' devices")
+        refused.setdefault(node, f"{node}: {t.metric}{_where(t)} on {entity} {pooled[key]:g} "
+                           "is an outlier among the calibration nodes' devices")
     values = [d.value for d in devices]
     med = statistics.median(values)
     sigma = max(statistics.median(abs(v - med) for v in values) * MAD_TO_SIGMA,
                 MIN_SCALE * abs(med))
     line = float(t.gross if t.gross is not None else t.value)
+    limit = float(t.value)
     if better == "lower":
         weakest = max(d.low for d in devices)
-        floor = max(med + k * sigma, weakest)
-        floor = _round(min(floor, line), down=False)
+        spread = weakest - med
+        floor = min(med + k * sigma, weakest)
+        floor = min(_round(floor, down=False), _round(limit + spread, down=True), line)
     else:
         weakest = min(d.low for d in devices)
+        spread = med - weakest
         floor = min(med - k * sigma, weakest)
-        floor = _round(max(floor, line), down=True)
+        floor = max(_round(floor, down=True), _round(limit - spread, down=False), line)
     stats = {"median": round(med, 4), "sigma": round(sigma, 4), "weakest": weakest,
+             "spread": round(spread, 4), "profile_limit": limit,
              "devices": len(devices), "nodes": len(by_node), "gross_line": line}
-    return floor, stats, refusals
+    return floor, stats, [refused[n] for n in sorted(refused)]
 
 
 def _where(t: Threshold) -> str:
     return f" ({', '.join(f'{k} {v}' for k, v in t.labels.items())})" if t.labels else ""
 
 
+def _unit(t: Threshold) -> str:
+    return f" {t.unit}" if t.unit else ""
+
+
 def calibrate_profile(profile: Profile, results: dict[str, list[CheckResult]],
                       k: float = K) -> tuple[list[dict[str, Any]], list[str]]:
     """The calibrated limits for one profile's nodes, and the refusals (empty: usable)."""
+    small = too_small(profile.name, sorted(results))
+    if small:
+        return [], [small]
     limits, refusals = [], []
     for t in profile.thresholds:
         if t.tier not in ("provisional", "measured") or t.gross is None:
@@ -180,8 +217,10 @@ def overlay_document(profile: Profile, limits: list[dict[str, Any]], nodes: list
             f"calibrated {date[:10]} on {who}, level {level}{scope}, run {run_id}: median "
             f"{s['median']:g} over {s['devices']} devices of {s['nodes']} nodes, robust sigma "
             f"{s['sigma']:g}, floor median {'+' if lim['op'] == '<=' else '-'} {k:g} sigma, "
-            f"never tighter than the weakest ({s['weakest']:g}) nor looser than the gross "
-            f"line ({s['gross_line']:g}); versions "
+            f"never tighter than the weakest ({s['weakest']:g}), nor past the profile's "
+            f"limit ({s['profile_limit']:g}) by more than the set's spread "
+            f"({s['spread']:g}), nor looser than the gross line ({s['gross_line']:g}); "
+            "versions "
             + ", ".join(f"{a} {b}" for a, b in sorted(versions.items())))
         thresholds.append(lim)
     return {"profile": profile.name, "source": source, "calibrated": date, "level": level,

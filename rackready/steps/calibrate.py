@@ -1,5 +1,9 @@
 """`invoke calibrate`: validate the nodes a site declares known-good, then write one
-calibrated overlay per profile (rackready.decide.calibration) -- or refuse, naming the node."""
+calibrated overlay per profile (rackready.decide.calibration) -- or refuse, naming the node.
+
+A set too small to find an outlier in is refused before any node is reached (a mistake in
+what was asked: exit 2); a node that does not pass the uncalibrated profile, "below
+expected" included, or is an outlier is refused after the run (exit 1)."""
 
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from typing import Any
 import yaml
 
 from rackready.decide.calibration import (
-    MIN_NODES,
     calibrate_profile,
     overlay_document,
     overlay_path,
+    too_small,
 )
 from rackready.decide.node import load_judging_profile, parse_checks
 from rackready.errors import UserError
@@ -37,10 +41,10 @@ def run_calibration(inv: str, nodes: str, level: str = "standard",
     by_profile: dict[str, list[str]] = defaultdict(list)
     for t in targets:
         by_profile[t.profile].append(t.name)
-    for profile, members in by_profile.items():
-        if len(members) < MIN_NODES:
-            raise UserError(f"calibration needs at least {MIN_NODES} known-good nodes of "
-                            f"profile {profile}; --nodes gives {', '.join(members)}")
+    small = [r for p, members in by_profile.items()
+             if (r := too_small(p, members, given="--nodes gives"))]
+    if small:
+        raise UserError("; ".join(small))
     run_path = Path(out) if out else validate.PROJECT_ROOT / "runs" / (
         "calibrate-" + new_run_id(inv))
     validate.run_validation(None, inv, level, str(run_path), formats="json,html",
@@ -91,6 +95,13 @@ def _judged(run: RunDir, names: list[str], narrowed: bool = False
             refusals.append(f"{n}: {j.get('outcome') or 'no judgement'}"
                             f" ({j.get('outcome_reason') or 'did not report'}): a node that "
                             "does not pass is no reference")
+            continue
+        below = [v for key in ("verdicts", "fleet_verdicts", "rack_verdicts")
+                 for v in j.get(key) or [] if v.get("outcome") == "below_expected"]
+        if below:  # passed on the gross lines only: the profile's own floors it missed
+            refusals.append(f"{n}: {len(below)} verdict(s) below expected (first: "
+                            f"{below[0].get('metric')} on {below[0].get('component') or 'node'}"
+                            "): a reference must pass the uncalibrated profile's own limits")
             continue
         result = run.read_result(n).result or {}
         results[n] = parse_checks(result, [])

@@ -47,6 +47,39 @@ def test_healthy_nodes_give_a_floor_between_the_gross_line_and_their_weakest():
     assert lim["statistics"]["nodes"] == 3 and lim["statistics"]["devices"] == 24
 
 
+def test_a_set_of_two_nodes_is_refused_as_too_small_to_find_an_outlier():
+    """Two nodes, one 15 % slow on every rail: neither can outvote the other, so no outlier
+    can be found, and the floor would have dropped to the gross line (252, not 360)."""
+    prof = load_profile("xe9680-h200")
+    limits, refusals = calibrate_profile(prof, {"n0": _node(seed=0),
+                                                "n1": _node(scale=0.85, seed=1)})
+    assert limits == []
+    assert refusals == ["profile xe9680-h200: calibration needs at least 3 known-good nodes "
+                        "(fewer cannot find an outlier among them: of two, neither outvotes "
+                        "the other); the set has 2 (n0, n1)"]
+
+
+def _spread_node(values: list[float]) -> list[CheckResult]:
+    ms = [Measurement(METRIC, v, "Gb/s", {"nic": f"mlx5_{i}"}) for i, v in enumerate(values)]
+    return [CheckResult("rdma.gpudirect_bw", "ok", 1.0, tuple(ms))]
+
+
+# three nodes whose rails spread widely (362-396.5 Gb/s), every one past the profile's 360
+WIDE = {f"n{i}": _spread_node([362.0 + 1.5 * (i + 3 * j) for j in range(8)]) for i in range(3)}
+
+
+def test_a_node_that_misses_the_profiles_own_floor_is_refused_naming_it():
+    """358 Gb/s on one rail: no outlier within a set this spread, no gross fault (the
+    uncalibrated judge reads it "below expected" and passes the node), yet no reference."""
+    prof = load_profile("xe9680-h200")
+    nodes = {**WIDE, "n2": _spread_node([358.0] + [362.0 + 1.5 * (2 + 3 * j)
+                                                     for j in range(1, 8)])}
+    _, refusals = calibrate_profile(prof, nodes)
+    assert refusals == ["n2: rdma.gpudirect_bw_gbps on nic=mlx5_0 358 Gb/s misses the "
+                        "profile's own limit (>= 360 Gb/s): a reference must pass the "
+                        "uncalibrated profile"]
+
+
 def test_a_node_whose_one_rail_is_slow_is_refused_by_name():
     """312 Gb/s: below the provisional 360 but no gross fault, so the node itself would not
     fail; as a reference it would drag the site's floor down."""
@@ -57,18 +90,46 @@ def test_a_node_whose_one_rail_is_slow_is_refused_by_name():
     assert len(refusals) == 1 and refusals[0].startswith("n1: ") and "nic=mlx5_3" in refusals[0]
 
 
+def test_a_rail_past_the_profile_yet_an_outlier_among_the_set_is_refused_by_name():
+    prof = load_profile("xe9680-h200")
+    nodes = {"n0": _node(seed=0), "n1": _node(seed=1, slow_nic=5, factor=0.94),
+             "n2": _node(seed=2)}
+    _, refusals = calibrate_profile(prof, nodes)
+    assert len(refusals) == 1 and refusals[0].startswith("n1: ")
+    assert "on nic=mlx5_5" in refusals[0] and "outlier" in refusals[0]
+
+
 def test_a_node_slower_on_every_rail_is_refused_as_an_outlier():
+    """5 % slow on every rail, past the profile's floor: an outlier among four nodes."""
     prof = load_profile("xe9680-h200")
     nodes = {"n0": _node(seed=0), "n1": _node(seed=1), "n2": _node(seed=2),
-             "n3": _node(scale=0.85, seed=3)}
+             "n3": _node(scale=0.95, seed=3)}
     _, refusals = calibrate_profile(prof, nodes)
-    assert refusals and all(r.startswith("n3: ") for r in refusals), refusals
+    assert len(refusals) == 1 and refusals[0].startswith("n3: ")
+    assert "is an outlier among the calibration nodes (median" in refusals[0]
+
+
+def test_the_floor_never_falls_below_the_profiles_by_more_than_the_sets_spread():
+    """The wide set: median 379.25, weakest 362, robust sigma 13.3; median - 4 sigma
+    (326) would sit 34 below the profile's 360 where the set itself fell only 17.25
+    below its median: the floor is 360 - 17.25, rounded up."""
+    prof = load_profile("xe9680-h200")
+    limits, refusals = calibrate_profile(prof, WIDE)
+    assert refusals == []
+    stats = _limit(limits)["statistics"]
+    assert stats["spread"] == 17.25 and stats["profile_limit"] == 360.0
+    assert stats["median"] - 4 * stats["sigma"] < 330
+    assert _limit(limits)["value"] == 343.0
 
 
 def test_the_floor_is_never_looser_than_the_gross_line():
+    """A set whose spread reaches past the profile's floor less its gross line (refused:
+    its weakest misses the profile; the floor is the gross line all the same)."""
     prof = load_profile("xe9680-h200")
-    limits, _ = calibrate_profile(prof, {f"n{i}": _node(scale=0.3, seed=i) for i in range(3)})
-    assert _limit(limits)["value"] == 252.0  # 0.7 x 360: the gross line, not lower
+    values = [250.0, 300.0, 350.0, 380.0, 390.0, 395.0, 398.0, 400.0]
+    limits, refusals = calibrate_profile(prof, {f"n{i}": _spread_node(values)
+                                                for i in range(3)})
+    assert refusals and _limit(limits)["value"] == 252.0
 
 
 def _overlay(prof, nodes=None):
@@ -162,3 +223,50 @@ def test_validate_refuses_a_typo_in_the_profile_name_before_connecting(site):
     with pytest.raises(UserError, match="rackready_profile 'xe9680-h900'"):
         run_validation("gpu01", str(site), "quick", str(site / "run"), formats="json")
     assert not (site / "run").exists()
+
+
+def test_calibrate_refuses_a_set_too_small_before_connecting(site):
+    """Two XE9680s and one DL380a: both profiles short of three, one line naming both."""
+    from rackready.steps.calibrate import run_calibration
+
+    with pytest.raises(UserError) as err:
+        run_calibration(str(site), "gpu02,gpu03,gpu05", out=str(site / "run"))
+    assert str(err.value) == (
+        "profile xe9680-h200: calibration needs at least 3 known-good nodes (fewer cannot "
+        "find an outlier among them: of two, neither outvotes the other); --nodes gives 2 "
+        "(gpu02, gpu03); profile dl380a-gen12-h200nvl: calibration needs at least 3 "
+        "known-good nodes (fewer cannot find an outlier among them: of two, neither "
+        "outvotes the other); --nodes gives 1 (gpu05)")
+    assert not (site / "run").exists()
+
+
+class _Run:
+    """A calibration run as rackready.steps.calibrate reads it: judgements and results."""
+
+    def __init__(self, judgements):
+        self.judgements = judgements
+
+    def read_judgement(self, node):
+        return self.judgements[node]
+
+    def read_result(self, node):
+        from rackready.run.rundir import NodeResult
+        return NodeResult({"checks": [c.to_dict() for c in _node()]}, [])
+
+
+def test_a_node_judged_pass_with_a_limit_below_expected_is_no_reference():
+    """The uncalibrated judge passes a provisional miss short of the gross line; as a
+    reference it is refused, naming the node and the limit it missed."""
+    from rackready.steps.calibrate import _judged
+
+    below = {"outcome": "below_expected", "metric": METRIC, "component": "NIC mlx5_3 port 1"}
+    run = _Run({"a": {"outcome": "PASS", "verdicts": [{"outcome": "pass"}]},
+                "b": {"outcome": "PASS", "outcome_reason": "1 verdict(s) below expected",
+                      "verdicts": [{"outcome": "pass"}, below]},
+                "c": {"outcome": "FAIL", "outcome_reason": "1 verdict(s) failed"}})
+    refusals, results, _ = _judged(run, ["a", "b", "c"])  # type: ignore[arg-type]
+    assert refusals == [
+        "b: 1 verdict(s) below expected (first: rdma.gpudirect_bw_gbps on NIC mlx5_3 port 1): "
+        "a reference must pass the uncalibrated profile's own limits",
+        "c: FAIL (1 verdict(s) failed): a node that does not pass is no reference"]
+    assert list(results) == ["a"]

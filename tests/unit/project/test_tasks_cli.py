@@ -99,7 +99,7 @@ def test_calibrate_needs_its_flags_and_known_good_nodes_of_one_profile():
     assert "--nodes is required" in one_line_error(invoke("calibrate", "--inventory", "rack1"))
     proc = invoke("calibrate", "--inventory", "rack1", "--nodes", "gpu01,gpu05")
     assert proc.returncode == 2
-    assert "at least 2 known-good nodes of profile" in one_line_error(proc)
+    assert "calibration needs at least 3 known-good nodes" in one_line_error(proc)
 
 
 def test_bad_node_count_is_one_line_exit_2():
