@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import paramiko
 
 from rackready.remote import ssh
+from rackready.remote.runner import run_command
 from rackready.sanitize import one_line
 from rackready.site.slurm import SlurmSite
 from validation.drain import DrainError, NodeState, Scontrol, parse_show_node
@@ -30,6 +31,10 @@ _QUEUED = re.compile(r"^srun: job (\d+) queued and waiting for resources")
 _ENDED = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+))?"
                     r"|srun: error: (.+)|srun: (Force Terminated job.*|Job step aborted.*)")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What one Slurm command may print on the submit host (scontrol's answers are a few KiB);
+# more is a host gone wrong, refused rather than held in memory.
+MAX_STDOUT = 1 << 20
+MAX_STDERR = 64 << 10
 
 
 class SlurmError(RuntimeError):
@@ -56,17 +61,22 @@ class SubmitHost:
         command = " ".join(shlex.quote(a) for a in args)
         if admin and self.site.admin_become:
             command = f"sudo -n {command}"
-        try:
-            rc, out, err = ssh.run(self.client, command, timeout_s=timeout_s or self.timeout_s)
+        limit = timeout_s or self.timeout_s
+        try:  # bounded as every remote command: both streams drained together, capped
+            res = run_command(self.client, command, timeout_s=limit, idle_s=limit,
+                              max_stdout=MAX_STDOUT, max_stderr=MAX_STDERR)
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise SlurmError(f"{args[0]} on {self.site.submit.address}: "
                              f"connection lost: {one_line(str(exc)) or type(exc).__name__}"
                              ) from None
-        if rc != 0:
-            lines = (err or out).strip().splitlines()
-            raise SlurmError(f"{' '.join(args[:2])} exited {rc}: "
+        if res.problem:
+            raise SlurmError(f"{' '.join(args[:2])} on {self.site.submit.address}: "
+                             f"{res.problem}")
+        if res.rc != 0:
+            lines = (res.err or res.out).strip().splitlines()
+            raise SlurmError(f"{' '.join(args[:2])} exited {res.rc}: "
                              f"{one_line(lines[-1]) if lines else 'no output'}")
-        return out, err
+        return res.out, res.err
 
     def allocate(self, nodes: list[str], minutes: int, reservation: str = "",
                  wait_s: int = 90) -> str:

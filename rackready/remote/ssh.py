@@ -8,6 +8,9 @@ A node behind a jump host (ProxyJump in ansible_ssh_common_args) is reached as s
 does: a verified connection to the jump host, a direct-tcpip channel from there to
 the node, and the node's own SSH session (verified too) over that channel. A
 ProxyCommand runs locally and carries the session on its stdin/stdout.
+
+Commands go through rackready.remote.runner.run_command (stdout and stderr drained
+together, capped, under a deadline): this module only connects.
 """
 
 from __future__ import annotations
@@ -137,11 +140,4 @@ def _why(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def run(client: paramiko.SSHClient, command: str, timeout_s: float = 120) -> tuple[int, str, str]:
-    _, stdout, stderr = client.exec_command(command, timeout=timeout_s)
-    out = stdout.read().decode(errors="replace")
-    err = stderr.read().decode(errors="replace")
-    return stdout.channel.recv_exit_status(), out, err
-
-
-__all__ = ["Hop", "NodeUnreachable", "connect", "run"]
+__all__ = ["Hop", "NodeUnreachable", "connect"]

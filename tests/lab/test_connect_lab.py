@@ -11,6 +11,7 @@ from rackready.lab import config, keys
 from rackready.lab.inventory import LAB_INVENTORY
 from rackready.lab.shell import run
 from rackready.remote import ssh
+from rackready.remote.runner import run_command
 from rackready.site import inventory
 from rackready.steps.validate import NODE_BASE, run_validation
 
@@ -54,7 +55,9 @@ def test_the_inventory_describes_that_path_and_rackready_walks_it(lab_nodes):
     assert node.jump.known_hosts == str(keys.known_hosts())
     client = ssh.connect(node)
     try:
-        rc, out, _ = ssh.run(client, "id -un; echo $SSH_CONNECTION")
+        res = run_command(client, "id -un; echo $SSH_CONNECTION", timeout_s=60, idle_s=60,
+                          max_stdout=1 << 16, max_stderr=1 << 16)
+        rc, out = res.rc, res.out
     finally:
         client.close()
     assert rc == 0

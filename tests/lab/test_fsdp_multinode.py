@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rackready.remote import bundle, ssh
-from rackready.remote.runner import build_remote_command
+from rackready.remote.runner import build_remote_command, run_command
 from rackready.remote.session import ship_bundle
 from rackready.run.rundir import new_run_id
 from rackready.site import inventory
@@ -38,6 +38,11 @@ def _torchrun(rank: int, endpoint: str, bundle_dir: str, rdzv_id: str = "rr-lab-
             f"timeout --kill-after=15 300 {shlex.join(args)}")
 
 
+def _run(client, command: str, timeout_s: float):
+    return run_command(client, command, timeout_s=timeout_s, idle_s=timeout_s,
+                       max_stdout=16 << 20, max_stderr=16 << 20)
+
+
 def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
     nodes = [inventory.find(n, "lab") for n in ("lab-gpu01", "lab-gpu02")]
     payload = bundle.build()
@@ -52,11 +57,10 @@ def test_fsdp_job_over_two_nodes_matches_the_golden_curve(provisioned_lab):
             rdzv_id = new_run_id("rdzv")  # the rack step's way: one rendezvous per run
             jobs = [build_remote_command(_torchrun(i, endpoint, dirs[i], rdzv_id),
                                          become=nodes[i].become) for i in range(2)]
-            runs = list(pool.map(lambda i: ssh.run(clients[i], jobs[i], timeout_s=360),
-                                 range(2)))
-        for rank, (rc, _, err) in enumerate(runs):
-            assert rc == 0, f"rank {rank} rc {rc}: {err[-2000:]}"
-        _, text, _ = ssh.run(clients[0], f"cat {OUT}/fsdp_train.rank0.jsonl")
+            runs = list(pool.map(lambda i: _run(clients[i], jobs[i], 360), range(2)))
+        for rank, res in enumerate(runs):
+            assert res.rc == 0, f"rank {rank} rc {res.rc} {res.problem}: {res.err[-2000:]}"
+        text = _run(clients[0], f"cat {OUT}/fsdp_train.rank0.jsonl", 60).out
     finally:
         for c in clients:
             c.close()

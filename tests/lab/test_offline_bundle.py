@@ -26,7 +26,7 @@ from rackready.lab import repo
 from rackready.lab.inventory import group_vars
 from rackready.remote import bundle as bundle_mod
 from rackready.remote import ssh
-from rackready.remote.runner import build_remote_command
+from rackready.remote.runner import build_remote_command, run_command
 from rackready.remote.session import ship_bundle
 from rackready.run.rundir import new_run_id
 from rackready.site import inventory
@@ -237,11 +237,12 @@ def test_a_node_venv_built_from_the_bundle_alone_validates(provisioned_lab, bund
             f"--site {rdir}/site.yml > {rdir}/suite.log 2>&1; echo rc=$?; "
             f"cat {rdir}/suite.log >&2; cat {rdir}/out/result.json"
         )
-        rc, out, err = ssh.run(client, build_remote_command(suite, become=node.become),
-                               timeout_s=360)
+        res = run_command(client, build_remote_command(suite, become=node.become),
+                          timeout_s=360, idle_s=360, max_stdout=16 << 20, max_stderr=16 << 20)
     finally:
         client.close()
-    assert rc == 0, err[-2000:]
+    out, err = res.out, res.err
+    assert res.rc == 0, (res.problem + err)[-2000:]
     status, _, text = out.partition("\n")
     assert status == "rc=0", (out + err)[-2000:]
     result = json.loads(text)

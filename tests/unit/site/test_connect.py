@@ -18,6 +18,7 @@ from fake_node import FakeNode
 
 from rackready.errors import UserError
 from rackready.remote import ssh
+from rackready.remote.runner import run_command
 from rackready.site import inventory
 from rackready.site.connection import Hop
 from rackready.site.inventory import provisioned
@@ -296,7 +297,9 @@ def test_a_node_is_reached_through_its_jump_host(pair):
     jump, target = pair
     client = ssh.connect(_via(jump, target), timeout_s=5)
     try:
-        assert ssh.run(client, "echo through") == (0, "through\n", "")
+        res = run_command(client, "echo through", timeout_s=10, idle_s=10,
+                          max_stdout=1 << 16, max_stderr=1 << 16)
+        assert (res.rc, res.out, res.err) == (0, "through\n", "")
     finally:
         client.close()
     assert jump.forwarded == [("127.0.0.1", target.node.port)]
