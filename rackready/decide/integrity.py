@@ -1,6 +1,7 @@
 """What the controller knows about a node's result beyond its measurements: whether the
 session ended normally, the cited evidence arrived intact, the result belongs to this
-run and this machine, and the result agrees with what the node streamed live.
+run and this machine, its GPUs are the ones the BMC lists, and the result agrees with what
+the node streamed live.
 
 Each problem is a finding, {"kind", "outcome", "problem"}: kind one of KINDS, outcome
 INCOMPLETE (the result cannot be believed) or FAIL (the node's own evidence shows a
@@ -167,6 +168,58 @@ def identity_findings(identity: dict[str, Any], result: dict[str, Any]
     return out
 
 
+def serial_key(value: Any) -> str:
+    """The form two reports of one serial are compared in: whitespace dropped, case folded
+    (a BMC may pad or upper-case what nvidia-smi prints). One function: a stricter
+    normaliser replaces it here alone."""
+    return "".join(str(value).split()).casefold()
+
+
+def bmc_serial_findings(bmc: dict[str, Any] | None, result: dict[str, Any] | None
+                        ) -> tuple[list[dict[str, str]], str]:
+    """The GPU serials the BMC lists (bmc.json identity "gpus", rackready.steps.oob) against
+    those the node measured (gpu.serial). A serial the BMC lists that the node did not
+    report, or one the node reports that a BMC listing as many GPUs does not, is a FAIL
+    finding naming both sides' unmatched serials: the GPUs the node tested are not the
+    ones in the machine, or one side lies. Returns (findings, note): the note says what
+    was not cross-checked ("" when all was): a BMC that lists no GPU serial, a node that
+    reported none, a BMC that lists fewer GPUs than the node (it is compared on those)."""
+    ident = (bmc or {}).get("identity")
+    if result is None or not isinstance(ident, dict) or not ident:
+        return [], ""  # no result, or the BMC was not read: the bmc check says so
+    listed = [g for g in ident.get("gpus") or [] if isinstance(g, dict)]
+    theirs = {serial_key(g["serial"]): f"{g['serial']} (at {g.get('slot') or '?'})"
+              for g in listed if serial_key(g.get("serial") or "")}
+    ours = {serial_key(e["serial"]): f"{e['serial']} (GPU {gpu})"
+            for gpu, e in sorted(gpu_ids(result).items(), key=lambda x: _index(x[0]))
+            if serial_key(e.get("serial") or "")}
+    if not theirs:
+        return [], (f"BMC reports no GPU serials: the node's {len(ours)} GPU serial(s) are "
+                    "not cross-checked out of band" if ours else "")
+    if not ours:
+        return [], (f"GPU serials not cross-checked with the BMC's {len(theirs)}: the node "
+                    "reported none")
+    complete = len(theirs) >= len(ours)
+    bmc_only = [w for k, w in theirs.items() if k not in ours]
+    node_only = [w for k, w in ours.items() if k not in theirs]
+    note = ("" if complete else f"BMC reports serials for {len(theirs)} of the node's "
+            f"{len(ours)} GPUs: only those are cross-checked out of band")
+    if not bmc_only and not (complete and node_only):
+        return [], note
+    words = "; ".join(p for p in (
+        f"the BMC lists serial {_names(bmc_only)}, not reported by the node" if bmc_only
+        else "",
+        f"the node reports serial {_names(node_only)}, not listed by the BMC" if node_only
+        else "")
+        if p)
+    return [finding("identity", f"GPU serials differ between the node and its BMC: {words}",
+                    "FAIL")], note
+
+
+def _index(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
 def rack_identity_findings(ids_by_node: dict[str, dict[str, dict[str, str]]]
                            ) -> dict[str, list[dict[str, str]]]:
     """One GPU serial or UUID on two nodes: neither node's result can be believed."""
@@ -222,7 +275,8 @@ def stream_findings(events: list[dict[str, Any]], result: dict[str, Any]
 def node_findings(node_dir: Path, identity: dict[str, Any], result: dict[str, Any] | None,
                   events: list[dict[str, Any]], session: dict[str, Any], nonce: str | None,
                   bundle_sha256: str | None) -> list[dict[str, str]]:
-    """Every finding for one node but its session problem (judging adds that one)."""
+    """Every finding for one node but its session problem (judging adds that one) and the
+    BMC's GPU serials (bmc_serial_findings: judging adds those, with its note)."""
     out = session_findings("", session)
     if result is None:
         return out  # no result: INCOMPLETE already, nothing to compare it with

@@ -39,14 +39,19 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, Judgement]:
             if bad:
                 node_result.problems.append(f"{bad} unusable event line(s) skipped")
         session = run.read_session(name)
+        bmc = run.read_bmc(name)
         findings = trust.node_findings(
             run.paths(name).dir, dict(planned.identity) if planned else {}, node_result.result,
             events, session, plan.nonces.get(name) if plan else None,
             plan.bundle_sha256 if plan else None)
+        # the BMC's GPU serials against the node's; what could not be compared is a note
+        by_bmc, unchecked = trust.bmc_serial_findings(bmc, node_result.result)
         j, results, profile = judge_node(
             name, planned, plan.level if plan else "quick", plan.only if plan else None,
             node_result, events_result, str(session.get("problem") or ""),
-            plan.bundle_sha256 if plan else None, bmc=run.read_bmc(name), findings=findings)
+            plan.bundle_sha256 if plan else None, bmc=bmc, findings=findings + by_bmc)
+        if unchecked:
+            j["problems"].append(unchecked)
         judgements[name] = j
         if node_result.result is not None:
             gpu_ids[name] = trust.gpu_ids(node_result.result)

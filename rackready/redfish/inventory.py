@@ -24,6 +24,7 @@ _CLASSES = [
     ("drive", r"NVMe|\bSSD\b|\bDrive\b|Disk|PM17|Kioxia|Samsung"),
 ]
 LOG_ENTRY_CAP = 2000
+GPU_CAP = 64  # GPUs read per system: more than any server holds
 EXCERPT = 20
 
 
@@ -147,6 +148,24 @@ def _thermal(client: Client, chassis: dict[str, Any], out: dict[str, Any]) -> No
                 "health": _health(t), "state": _state(t)})
 
 
+def gpus(client: Client, systems: list[str]) -> list[dict[str, str]]:
+    """The GPUs the BMC lists (Processors with ProcessorType GPU, under every system: an
+    HGX baseboard can be a system of its own): slot, model, serial, UUID as it says them.
+    A GPU without a serial is listed with serial "" (the controller counts what it has)."""
+    out = []
+    for system in systems:
+        for uri in _safe_members(client, link(client.get(system), "Processors"))[:GPU_CAP]:
+            p = client.get(uri)
+            if str(p.get("ProcessorType") or "") != "GPU" or _state(p) == "Absent":
+                continue
+            where = ((p.get("Location") or {}).get("PartLocation") or {}).get("ServiceLabel")
+            out.append({"slot": str(where or p.get("Id") or uri.rsplit("/", 1)[-1]),
+                        "model": str(p.get("Model") or p.get("Name") or ""),
+                        "serial": str(p.get("SerialNumber") or "").strip(),
+                        "uuid": str(p.get("UUID") or "").strip()})
+    return out[:GPU_CAP]
+
+
 def log_entries(client: Client, log_service: str) -> list[dict[str, Any]]:
     svc = client.get(log_service)
     entries = link(svc, "Entries")
@@ -174,7 +193,7 @@ def gather(client: Client) -> dict[str, Any]:
     root = client.root
     out: dict[str, Any] = {"system": {}, "chassis": [], "managers": [], "firmware": [],
                            "psus": [], "redundancy": [], "fans": [], "temperatures": [],
-                           "voltages": [], "logs": [], "log_services": []}
+                           "voltages": [], "logs": [], "log_services": [], "gpus": []}
     systems = _safe_members(client, link(root, "Systems"))
     if systems:
         s = client.get(systems[0])
@@ -201,6 +220,7 @@ def gather(client: Client) -> dict[str, Any]:
                                 "datetime": str(m.get("DateTime") or "")})
         out["log_services"] += _safe_members(client, link(m, "LogServices"))
     out["firmware"] = firmware(client)
+    out["gpus"] = gpus(client, systems)  # compared with the node's (rackready.decide.integrity)
     for svc in out["log_services"]:
         out["logs"] += log_entries(client, svc)
     return out

@@ -179,6 +179,8 @@ def identity(data: dict[str, Any]) -> dict[str, Any]:
                      for f in data.get("firmware") or []],
         "psus": [{"name": p["name"], "model": p["model"], "serial": p["serial"],
                   "firmware": p["firmware"]} for p in data.get("psus") or []],
+        # compared with the serials the node reports (rackready.decide.integrity)
+        "gpus": list(data.get("gpus") or []),
     }
 
 

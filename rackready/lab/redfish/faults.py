@@ -165,6 +165,25 @@ def _bios_drift(state: dict[str, Any], target: str | None) -> dict[str, Any]:
                            "provisioning"}
 
 
+def _bmc_gpu_serial_mismatch(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # the BMC lists another board than the one the node's tools see (a stale FRU record
+    # after a board swap, or a node that lies about its GPUs): the node keeps hwsim's serial
+    procs = [r for r in state["resources"].values() if r.get("ProcessorType") == "GPU"]
+    slots = [r["Location"]["PartLocation"]["ServiceLabel"] for r in procs]
+    gpu = procs[0] if target is None else next(
+        (r for r, slot in zip(procs, slots, strict=True)
+         if target in (slot, slot.split()[-1], r["SerialNumber"])), None)
+    if gpu is None:
+        raise FaultError(f"no GPU {target!r} on {state['node']} (GPU 1-{len(procs)} or serial)")
+    was = gpu["SerialNumber"]
+    now = was[:-4] + str((int(was[-4:]) + 1) % 10000).zfill(4) if was[-4:].isdigit() \
+        else was + "X"
+    gpu["SerialNumber"] = now
+    slot = gpu["Location"]["PartLocation"]["ServiceLabel"]
+    return {"component": {"type": "gpu", "slot": slot, "serial": was, "bmc_serial": now},
+            "description": f"{slot}: the BMC lists serial {now}, the node's GPU is {was}"}
+
+
 def _bmc_unreachable(state: dict[str, Any], target: str | None) -> dict[str, Any]:
     state["unreachable"] = True
     address = state.get("address")
@@ -180,6 +199,7 @@ FAULTS: dict[str, FaultFn] = {
     PSU_UNDER_LOAD: _psu_fails_under_load,
     "sel-critical-entry": _sel_critical_entry,
     "bios-drift": _bios_drift,
+    "bmc-gpu-serial-mismatch": _bmc_gpu_serial_mismatch,
     "bmc-unreachable": _bmc_unreachable,
 }
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
