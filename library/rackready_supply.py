@@ -28,6 +28,7 @@ description:
     takes from the bundle (the wheels, both requirements files, the source tarballs in
     C(src/), the apt repository's C(Release) and C(InRelease)). Files are rewritten only
     when their content changes, so a rebuild of an unchanged bundle changes nothing.
+    With O(lock), a wheel whose sha256 that file does not list is refused, naming it.
     The role signs C(manifest.json) (a detached armored signature) with the repository key.
   - With O(action=verify) (a node), fetches C(manifest.json) and C(manifest.json.asc)
     from O(url), checks the signature with C(gpgv) against O(keyring) (the key the node
@@ -47,6 +48,11 @@ options:
     required: true
   bundle_dir:
     description: The bundle's folder on the staging host (O(action=write)).
+    type: path
+  lock:
+    description:
+      - The committed hash-pinned requirements (validation_tools' C(node-requirements.lock))
+        on the staging host (O(action=write)); every wheel of C(wheels/) must be one it pins.
     type: path
   url:
     description: The bundle's root on the site mirror, ending in C(/) (O(action=verify)).
@@ -72,6 +78,7 @@ EXAMPLES = r"""
   rackready_supply:
     action: write
     bundle_dir: /srv/rackready-bundle
+    lock: /srv/rackready-bundle/state/node-requirements.lock
 
 - name: Verify the bundle against its signed manifest
   rackready_supply:
@@ -146,7 +153,8 @@ def requirement_pins(text: str) -> dict[str, str]:
         spec = line.split("#")[0].strip()
         if "==" in spec:
             name, version = (p.strip() for p in spec.split("==", 1))
-            pins[canonical_name(re.split(r"[\[;\s]", name)[0])] = version
+            # a hash-pinned line (the lock's) goes on with --hash options
+            pins[canonical_name(re.split(r"[\[;\s]", name)[0])] = version.split()[0]
     return pins
 
 
@@ -155,10 +163,18 @@ def _matches_pin(version: str, pin: str) -> bool:
     return version == pin or version.startswith(pin + "+")
 
 
-def hashed_requirements(wheel_dir: str, requirements_text: str) -> str:
+BUNDLE_HEADER = (
+    "# Written by the offline bundle build from wheels/: every wheel, pinned by hash.\n"
+    "# pip install --require-hashes --no-index --find-links wheels/ -r this file\n")
+
+
+def hashed_requirements(wheel_dir: str, requirements_text: str,
+                        header: str = BUNDLE_HEADER) -> str:
     """One `name==version --hash=sha256:...` line per project in the wheelhouse, every
     wheel of that version hashed (several platforms are several hashes). A project with
-    wheels of two versions (a stale download) is refused unless the requirements pin one."""
+    wheels of two versions (a stale download) is refused unless the requirements pin one.
+    A pinned project keeps its pin's version (torch==2.13.0 covers 2.13.0+cpu and +cu130
+    wheels: one line takes the hashes of every build). Also how the lock is written."""
     found: dict[str, dict[str, list[str]]] = {}
     for filename in sorted(os.listdir(wheel_dir)):
         if not filename.endswith(".whl"):
@@ -170,12 +186,12 @@ def hashed_requirements(wheel_dir: str, requirements_text: str) -> str:
     for name, pin in pins.items():
         if not any(_matches_pin(v, pin) for v in found.get(name, {})):
             raise SupplyError(f"wheels/: no wheel of {name}=={pin} (node-requirements.txt)")
-    lines = ["# Written by the offline bundle build from wheels/: every wheel, pinned by hash.",
-             "# pip install --require-hashes --no-index --find-links wheels/ -r this file"]
+    lines = header.splitlines()
     for name in sorted(found):
         versions = found[name]
-        if name in pins:
-            versions = {v: h for v, h in versions.items() if _matches_pin(v, pins[name])}
+        if name in pins:  # every local build of the pin (+cpu, +cu130) under the pin
+            kept = [h for v, hs in versions.items() if _matches_pin(v, pins[name]) for h in hs]
+            versions = {pins[name]: kept}
         if len(versions) > 1:
             raise SupplyError(f"wheels/: {name} in versions {', '.join(sorted(versions))}; "
                               "remove the stale wheels and build again")
@@ -183,6 +199,19 @@ def hashed_requirements(wheel_dir: str, requirements_text: str) -> str:
         lines.append(f"{name}=={version} "
                      + " ".join(f"--hash=sha256:{h}" for h in sorted(set(hashes))))
     return "\n".join(lines) + "\n"
+
+
+def lock_hashes(text: str) -> set[str]:
+    """Every sha256 a hash-pinned requirements file (the lock) allows."""
+    return set(re.findall(r"--hash=sha256:([0-9a-f]{64})", text))
+
+
+def unlocked_wheels(wheel_dir: str, lock_text: str) -> list[str]:
+    """The wheels of wheel_dir whose sha256 the lock does not list (a stale or foreign
+    file: the bundle would pin it by a hash nobody committed)."""
+    allowed = lock_hashes(lock_text)
+    return [f for f in sorted(os.listdir(wheel_dir)) if f.endswith(".whl")
+            and sha256_file(os.path.join(wheel_dir, f)) not in allowed]
 
 
 def bundle_files(bundle_dir: str) -> list[str]:
@@ -405,6 +434,14 @@ def run_write(module) -> dict:
         raise SupplyError(f"{top}/wheels: no wheelhouse to pin")
     with open(os.path.join(top, REQUIREMENTS)) as f:
         requirements = f.read()
+    if module.params["lock"]:
+        with open(module.params["lock"]) as f:
+            foreign = unlocked_wheels(os.path.join(top, "wheels"), f.read())
+        if foreign:
+            more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+            raise SupplyError(f"wheels/{foreign[0]}{more}: its sha256 is not in "
+                              f"{os.path.basename(module.params['lock'])}; remove it and "
+                              "build again")
     hashed = hashed_requirements(os.path.join(top, "wheels"), requirements).encode()
     written = []
     if _write_if_changed(os.path.join(top, HASHED), hashed, module.check_mode):
@@ -426,6 +463,7 @@ def main() -> None:
         argument_spec={
             "action": {"type": "str", "required": True, "choices": ["write", "verify"]},
             "bundle_dir": {"type": "path"},
+            "lock": {"type": "path"},
             "url": {"type": "str"},
             "keyring": {"type": "path"},
             "dest": {"type": "path"},

@@ -33,6 +33,9 @@ REQUIRED_LIST = PROJECT_ROOT / "roles" / "REQUIRED_DEBIAN_PACKAGES.txt"
 # The node venv's requirements: the one list, which validation_tools installs and the
 # offline bundle downloads (lab nodes run Debian 12's Python 3.11).
 NODE_REQUIREMENTS = PROJECT_ROOT / "roles/validation_tools/files/node-requirements.txt"
+# The same pins and their dependencies, every wheel by sha256 (committed): the lab's
+# wheelhouse is downloaded by it, so the lab serves exactly the wheels it pins.
+NODE_LOCK = NODE_REQUIREMENTS.with_suffix(".lock")
 
 
 def url() -> str:
@@ -84,15 +87,17 @@ def fetch_debian_packages(base: Path, packages: list[str]) -> Path:
 def fetch_wheels() -> Path:
     WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
     stamp = WHEEL_CACHE / ".list"
-    wheels = node_requirements()
-    wanted = "\n".join(wheels) + "\n"
+    wanted = NODE_LOCK.read_text()
     if stamp.exists() and stamp.read_text() == wanted:
         return WHEEL_CACHE
+    # --require-hashes: pip refuses any wheel whose sha256 the lock does not list (a cached
+    # file of the same name included), so the lab's wheels are the committed ones
     run(
         [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
          "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
          "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-         "--platform", "any", "--dest", str(WHEEL_CACHE), *wheels],
+         "--platform", "any", "--dest", str(WHEEL_CACHE), "--require-hashes",
+         "-r", str(NODE_LOCK)],
         timeout=1800,
     )
     stamp.write_text(wanted)

@@ -18,6 +18,7 @@ from rackready.site.paths import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
 REQS = ROOT / "roles/validation_tools/files/node-requirements.txt"
+LOCK = REQS.with_suffix(".lock")  # the same pins and their dependencies, by sha256
 # Import name -> distribution for what the node-side suite imports.
 DISTRIBUTIONS = {"torch": "torch", "numpy": "numpy", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"}
 # What the node needs without importing it: torch.distributed.checkpoint needs numpy.
@@ -92,7 +93,7 @@ def test_validation_tools_installs_exactly_the_file():
     tasks = _tasks("validation_tools")
     dest = "{{ __validation_tools_requirements }}"
     copy = next(t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t)
-    assert (ROOT / "roles/validation_tools/files" / copy["src"]) == REQS
+    assert (ROOT / "roles/validation_tools/files" / copy["src"]) == LOCK
     assert copy["dest"] == dest
     pips = [t["ansible.builtin.pip"] for t in tasks if "ansible.builtin.pip" in t]
     # the node's copy, or (with an offline bundle) the bundle's hash-pinned file of it
@@ -102,7 +103,7 @@ def test_validation_tools_installs_exactly_the_file():
         _vars("validation_tools")["__validation_tools_pip_requirements"]
     assert "name" not in pips[0], "the pip task must not list packages of its own"
     assert _vars("validation_tools")["__validation_tools_requirements"].endswith(
-        "/node-requirements.txt")
+        "/node-requirements.lock")
 
 
 def test_the_offline_bundle_downloads_exactly_the_file():
@@ -117,7 +118,7 @@ def test_the_offline_bundle_downloads_exactly_the_file():
     assert copy["dest"] == "{{ __offline_bundle_requirements }}"
     download = next(t["ansible.builtin.command"] for t in tasks
                     if "pip download" in str(t.get("ansible.builtin.command", "")))
-    assert "-r {{ __offline_bundle_requirements | quote }}" in download
+    assert "-r {{ __offline_bundle_lock | quote }}" in download
 
 
 def test_the_lab_wheelhouse_downloads_exactly_the_file(monkeypatch, tmp_path):
@@ -128,7 +129,8 @@ def test_the_lab_wheelhouse_downloads_exactly_the_file(monkeypatch, tmp_path):
     repo.fetch_wheels()
     assert len(calls) == 1
     args = calls[0][calls[0].index(str(tmp_path)) + 1:]
-    assert args == [str(r) for r, _ in parsed()]
+    assert args == ["--require-hashes", "-r", str(LOCK)]
+    assert repo.NODE_LOCK == LOCK
     repo.fetch_wheels()  # the same file again: the cache stands
     assert len(calls) == 1
 

@@ -96,7 +96,8 @@ def test_every_wheel_is_pinned_by_its_hash(wheels: Path):
     lines = {ln.split("==")[0]: ln for ln in text.splitlines() if not ln.startswith("#")}
     assert sorted(lines) == ["filelock", "nvidia-ml-py", "pyyaml", "torch"]
     torch = wheels / "torch-2.13.0+cpu-cp311-cp311-linux_x86_64.whl"
-    assert lines["torch"] == f"torch==2.13.0+cpu --hash=sha256:{sha(torch)}"
+    # under the pin's version: one line takes the hashes of every local build (+cpu, +cu130)
+    assert lines["torch"] == f"torch==2.13.0 --hash=sha256:{sha(torch)}"
     yaml_hashes = sorted(sha(p) for p in wheels.glob("PyYAML-*"))
     assert lines["pyyaml"] == "pyyaml==6.0.3 " + " ".join(f"--hash=sha256:{h}"
                                                           for h in yaml_hashes)
@@ -160,6 +161,38 @@ def test_wheel_names_and_requirement_pins_are_read_as_pip_reads_them():
     # the project's one list reads the same way
     real = (ROOT / "roles/validation_tools/files/node-requirements.txt").read_text()
     assert set(supply.requirement_pins(real)) == {"torch", "numpy", "pyyaml", "nvidia-ml-py"}
+
+
+def test_the_bundle_pins_no_wheel_the_lock_does_not_list(wheels: Path, tmp_path: Path):
+    top = bundle_dir(wheels)
+    lock = tmp_path / "node-requirements.lock"
+    lock.write_text(supply.hashed_requirements(str(wheels), REQUIREMENTS, header="# lock\n"))
+    assert supply.unlocked_wheels(str(wheels), lock.read_text()) == []
+    assert supply.run_write(FakeModule(bundle_dir=str(top), lock=str(lock)))["written"]
+    # a file of the same name and another hash (a stale or foreign download)
+    (wheels / "filelock-3.20.0-py3-none-any.whl").unlink()
+    wheel(wheels, "filelock", "3.20.0", salt="foreign")
+    with pytest.raises(supply.SupplyError, match=r"^wheels/filelock-3\.20\.0-py3-none-any\.whl: "
+                                                 r"its sha256 is not in node-requirements\.lock"):
+        supply.run_write(FakeModule(bundle_dir=str(top), lock=str(lock)))
+
+
+LOCK = ROOT / "roles/validation_tools/files/node-requirements.lock"
+
+
+def test_the_committed_lock_pins_the_one_list_and_every_dependency_by_hash():
+    text = LOCK.read_text()
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    pins = supply.requirement_pins(text)
+    assert len(pins) == len(lines)
+    for line in lines:  # what --require-hashes demands of every line
+        assert re.fullmatch(r"[a-z0-9-]+==[^\s]+( --hash=sha256:[0-9a-f]{64})+", line), line
+    # the one list's pins, at their versions, and nothing pinned twice
+    listed = supply.requirement_pins(
+        (ROOT / "roles/validation_tools/files/node-requirements.txt").read_text())
+    assert {n: pins.get(n) for n in listed} == listed
+    # torch's dependencies the lab's build needs (CPU wheel): hashed as well
+    assert {"filelock", "jinja2", "networkx", "sympy", "typing-extensions"} <= set(pins)
 
 
 # --- the manifest
@@ -257,7 +290,7 @@ class FakeModule:
     def __init__(self, check_mode: bool = False, **params):
         self.check_mode = check_mode
         self.params = {"validate_certs": True, "timeout": 10, "bundle_dir": None, "url": None,
-                       "keyring": None, "dest": None, **params}
+                       "keyring": None, "dest": None, "lock": None, **params}
 
     @staticmethod
     def get_bin_path(name: str):
@@ -414,7 +447,7 @@ def test_the_module_documents_itself():
 
     doc = yaml.safe_load(supply.DOCUMENTATION)
     assert doc["module"] == "rackready_supply"
-    assert set(doc["options"]) == {"action", "bundle_dir", "url", "keyring", "dest",
+    assert set(doc["options"]) == {"action", "bundle_dir", "lock", "url", "keyring", "dest",
                                    "validate_certs", "timeout"}
     yaml.safe_load(supply.EXAMPLES)
     yaml.safe_load(supply.RETURN)
@@ -473,13 +506,39 @@ def test_with_a_bundle_pip_installs_the_hash_pinned_file_from_the_verified_wheel
     plain = _validation_tools_vars(validation_tools_wheelhouse_url="http://192.0.2.1:8080/w/",
                                    validation_tools_nccl_tests_url="http://m/x.tar.gz")
     assert _template(plain["__validation_tools_pip_requirements"], **plain) == \
-        "/opt/rackready/node-requirements.txt"
+        "/opt/rackready/node-requirements.lock"
+    # plain http inside an air gap: pip needs the host trusted; the hashes make it safe
     assert _template(plain["__validation_tools_pip_args"], **plain) == \
-        "--no-index --find-links http://192.0.2.1:8080/w/ --trusted-host 192.0.2.1"
+        "--require-hashes --no-index --find-links http://192.0.2.1:8080/w/ " \
+        "--trusted-host 192.0.2.1"
     assert _template(plain["__validation_tools_nccl_tests_source"], **plain) == \
         "/opt/rackready/nccl-tests-2.19.6.tar.gz"
     assert _template(_validation_tools_vars()["__validation_tools_nccl_tests_source"],
                      **_validation_tools_vars()) == ""
+
+
+@pytest.mark.parametrize(("mode", "args"), [
+    ({"validation_tools_bundle_url": "http://m/b/"},
+     "--require-hashes --no-index --find-links /opt/rackready/bundle/wheels"),
+    ({"validation_tools_wheelhouse_url": "http://10.0.0.1/w/"},
+     "--require-hashes --no-index --find-links http://10.0.0.1/w/ --trusted-host 10.0.0.1"),
+    ({"validation_tools_wheelhouse_url": "https://mirror.example/w/"},  # TLS: nothing trusted
+     "--require-hashes --no-index --find-links https://mirror.example/w/"),
+    ({}, "--require-hashes"),  # online, pip's configured index
+    ({"validation_tools_torch_index_url": "https://download.pytorch.org/whl/cu130"},
+     "--require-hashes --extra-index-url https://download.pytorch.org/whl/cu130"),
+])
+def test_every_install_mode_is_hash_checked(mode, args):
+    v = _validation_tools_vars(**mode)
+    assert _template(v["__validation_tools_pip_args"], **v) == args
+    req = _template(v["__validation_tools_pip_requirements"], **v)
+    assert req.endswith("/node-requirements.hashes.txt" if "validation_tools_bundle_url" in mode
+                        else "/node-requirements.lock")
+    tasks = _yaml("roles/validation_tools/tasks/main.yml")
+    copy = next(t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t)
+    assert copy == {"src": "node-requirements.lock",
+                    "dest": "{{ __validation_tools_requirements }}",
+                    "owner": "root", "group": "root", "mode": "0644"}
 
 
 def test_the_nccl_tests_tarball_is_used_only_by_its_sha256():
@@ -519,7 +578,18 @@ def test_the_staging_host_pins_and_signs_after_the_repository_and_keeps_secrets_
     sign = next(t for t in tasks if t["name"] == "Sign the bundle's manifest")
     index = next(t for t in tasks if t["name"] == "Index and sign the flat repository")
     assert write["rackready_supply"] == {"action": "write",
-                                         "bundle_dir": "{{ offline_bundle_dir }}"}
+                                         "bundle_dir": "{{ offline_bundle_dir }}",
+                                         "lock": "{{ __offline_bundle_lock }}"}
+    # the wheels are downloaded by the committed lock, each checked by its sha256
+    download = next(t for t in tasks if t["name"] == "Download the wheelhouse")
+    cmd = download["ansible.builtin.command"]
+    assert "--require-hashes" in cmd and "-r {{ __offline_bundle_lock | quote }}" in cmd
+    copy = next(t for t in tasks if t.get("ansible.builtin.copy", {}).get("dest")
+                == "{{ __offline_bundle_lock }}")
+    assert names.index(copy["name"]) < names.index(download["name"])
+    variables = _yaml("roles/offline_bundle/vars/main.yml")
+    assert Path(variables["__offline_bundle_lock_src"].replace(
+        "{{ role_path }}", str(ROOT / "roles/offline_bundle"))).resolve() == LOCK
     # the manifest covers the Release just written, and is signed after it is written
     assert names.index(index["name"]) < names.index(write["name"]) < names.index(sign["name"])
     for t in (index, sign):
