@@ -16,6 +16,7 @@ from typing import Any
 from rackready.decide.outcome import OUTCOMES
 from rackready.decide.records import Judgement, RackStep
 from rackready.report import launch_map
+from rackready.report.kinds import figures_by_kind
 from rackready.report.loader import NodeRun, RunData
 from rackready.report.seal.canonical import empty_signoff, seal
 
@@ -160,6 +161,7 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         "duration_s": float(c.get("duration_s", 0.0)), "message": c.get("message", ""),
         "needs": list(c.get("needs", [])), "measurement_count": len(c.get("measurements", [])),
     } for c in r.get("checks", [])]
+    verdicts = _verdict_rows(j)
     doc = {
         "schema_version": REPORT_SCHEMA_VERSION,
         "kind": "node",
@@ -190,7 +192,9 @@ def build_node_report(node: NodeRun, run: dict[str, Any], fleet: dict[str, Any],
         **({"bmc": {k: v for k, v in bmc.items() if k != "check"}} if bmc else {}),
         "thresholds": list(j.get("thresholds", [])),
         "checks": checks,
-        "verdicts": _verdict_rows(j),
+        "verdicts": verdicts,
+        # one row per metric and unit: the weakest, how many, the worst component
+        "figures_by_kind": figures_by_kind(verdicts),
         "measurements": _measurements(r, list(j.get("thresholds", []))),
         "golden_loss": list(j.get("golden_loss", [])),
         # each local rank's GPU, NIC, NUMA node and CPUs, and how to launch with them

@@ -3,6 +3,7 @@ appendix of every check (pure functions of a report document)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,51 +36,62 @@ def failures(doc: dict[str, Any], refs: References,
     return out
 
 
+# Labels a verdict's component words already name (validation.judge.component): a key
+# figure's place is those words, and only its other labels are added to them.
+PART_KEYS = naming.DEVICE_KEYS | {
+    "dimm", "edac", "empty_slots", "mce_at", "netdev", "bridge", "array", "token", "module",
+    "priority", "dscp", "param", "psu", "fan", "sensor", "bios", "log", "entry", "cable",
+    "node", "component", "item"}
+# the details in brackets of those words (a serial, a PCI address)
+BRACKETS = re.compile(r" \([^()]*\)")
+
+
 def _is_key(metric: str) -> bool:
     return metric.startswith(KEY_PREFIXES)
 
 
-def key_figures(doc: dict[str, Any], refs: References) -> list[dict[str, Any]]:
-    """One row per performance figure and variant: the weakest value against its limit.
+def _how_many(kind: dict[str, Any]) -> str:
+    """'32', '2 of 32 fail', '1 of 8 below expected'."""
+    n, counts = kind["rows"], kind["counts"]
+    if counts.get("fail"):
+        return f"{counts['fail']} of {n} fail"
+    if counts.get("below_expected"):
+        return f"{counts['below_expected']} of {n} below expected"
+    return str(n)
 
-    Rows group a metric's judged values by variant (dtype, collective); the one with
-    the smallest margin stands for the group, so a reader sees how close the node came.
+
+def key_figures(doc: dict[str, Any], refs: References) -> list[dict[str, Any]]:
+    """The key kinds of figure (KEY_PREFIXES), one row per metric and unit as the document
+    groups them (rackready.report.kinds): how many, the weakest and where, its margin.
+
+    The weakest row, its component and the group's outcome are the document's; this
+    only picks the kinds a reader scans first and words them.
     """
-    groups: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = {}
-    order: list[tuple[str, str]] = []
-    for v in doc.get("verdicts", []):
-        if v.get("outcome") not in ("pass", "fail", "below_expected") or \
-                not _is_key(v["metric"]):
-            continue
-        m = naming.margin(v.get("value"), v.get("threshold"))
-        if m is None:
-            continue
-        labels = v.get("labels") or {}
-        variant = naming.qualifier({k: x for k, x in labels.items() if k != "size_bytes"})
-        key = (v["metric"], variant)
-        if key not in groups:
-            order.append(key)
-        groups.setdefault(key, []).append((m[0], v))
     rank = {p: i for i, p in enumerate(KEY_PREFIXES)}
-    order.sort(key=lambda k: next(i for p, i in rank.items() if k[0].startswith(p)))
+    kinds = [k for k in doc.get("figures_by_kind") or [] if _is_key(k["metric"])]
+    kinds.sort(key=lambda k: next(i for p, i in rank.items() if k["metric"].startswith(p)))
     rows = []
-    for key in order:
-        members = groups[key]
-        frac, v = min(members, key=lambda fv: fv[0])
-        labels = v.get("labels") or {}
-        where = naming.short_place(labels)
-        if "size_bytes" in labels:
-            size = naming.qualifier({"size_bytes": labels["size_bytes"]})
-            where = f"{where}, {size}" if where else size
+    for k in kinds:
+        w = k["weakest"]
+        t = w.get("threshold")
+        margin = naming.margin(w.get("value"), t)
+        labels = w.get("labels") or {}
+        # the judge's words for the part less their details (page 1's identity and the
+        # failures give them); a GPU pair (src, dst) is "node" in those words
+        part = (naming.short_place(labels) if w.get("component") in ("", "node", None)
+                else BRACKETS.sub("", w["component"]))
+        variant = naming.qualifier({key: x for key, x in labels.items()
+                                    if key in k["varies"] and key not in PART_KEYS})
+        where = " · ".join(x for x in (part, variant) if x) or ("node" if k["rows"] > 1 else "")
         rows.append({
-            "name": naming.metric_name(key[0]), "metric": key[0], "variant": key[1],
-            "measured": naming.value_text(v.get("value"), v.get("unit", "")),
-            "limit": naming.threshold_text(v.get("threshold"), mark=False),
-            "tier": naming.tier_symbol(v.get("threshold")),
-            "margin": naming.margin(v.get("value"), v.get("threshold"))[1],  # type: ignore[index]
-            "frac": frac, "outcome": v["outcome"], "n": len(members),
-            "where": where if len(members) > 1 else "",
-            "ref": refs.cite(v.get("threshold")),
+            "name": naming.metric_name(k["metric"]), "metric": k["metric"],
+            "how_many": _how_many(k), "n": k["rows"], "where": where,
+            "measured": naming.value_text(w.get("value"), k["unit"]),
+            "limit": naming.threshold_text(t, mark=False),
+            "tier": naming.tier_symbol(t),
+            "margin": margin[1] if margin else "",
+            "frac": margin[0] if margin else None,
+            "outcome": k["outcome"], "ref": refs.cite(t),
         })
     return rows
 

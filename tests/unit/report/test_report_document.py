@@ -34,6 +34,8 @@ def test_every_built_report_validates(tmp_path: Path) -> None:
     lambda d: d.update(sha256="not-a-hash"),
     lambda d: d.update(complete=False),  # a partial result still saying PASS
     lambda d: d.update(surprise=1),
+    lambda d: d["figures_by_kind"][0]["weakest"].pop("component"),
+    lambda d: d["figures_by_kind"][0].update(outcome="not_applicable"),
 ])
 def test_a_broken_report_is_rejected(tmp_path: Path, breakage) -> None:
     _, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
@@ -48,6 +50,23 @@ def test_measurements_carry_their_threshold_provenance(tmp_path: Path) -> None:
     m = next(m for m in docs[0]["measurements"] if m["name"] == "gemm.tflops")
     assert m["threshold"]["provenance"].startswith("H200 sustained bf16 662")
     assert m["unit"] == "TFLOP/s"
+
+
+def test_the_document_groups_its_verdicts_by_kind(tmp_path: Path) -> None:
+    # the grouping is the document's (the renderers only word it): one entry per metric
+    # and unit, the failing GPU standing for its kind, the kind failing with it
+    _, docs = build_documents(healthy_and_faulty(tmp_path / "run"))
+    kinds = {(k["metric"], k["unit"]): k for k in docs[1]["figures_by_kind"]}
+    assert set(kinds) == {("gpu.count", ""), ("gemm.tflops", "TFLOP/s"),
+                          ("nccl.busbw_4g", "GB/s")}  # ib.port_state: not applicable
+    gemm = kinds["gemm.tflops", "TFLOP/s"]
+    assert gemm["rows"] == 8 and gemm["counts"] == {"fail": 1, "below_expected": 0, "pass": 7}
+    assert gemm["outcome"] == "fail" and gemm["direction"] == "floor"
+    assert gemm["weakest"]["value"] == 540.0 and gemm["weakest"]["labels"] == {"gpu": "3"}
+    assert gemm["weakest"]["component"] == next(
+        v["component"] for v in docs[1]["verdicts"] if v["outcome"] == "fail")
+    healthy = next(k for k in docs[0]["figures_by_kind"] if k["metric"] == "gemm.tflops")
+    assert healthy["outcome"] == "pass" and healthy["weakest"]["labels"] == {"gpu": "0"}
 
 
 def test_incomplete_node_is_never_pass(tmp_path: Path) -> None:

@@ -52,6 +52,41 @@ def test_key_figures_show_the_weakest_gpu_and_its_margin(tmp_path: Path) -> None
     assert key.count("<tr class=") == 2  # one row per figure, not one per GPU
 
 
+def test_key_figures_are_one_row_per_kind_with_the_rows_in_the_appendix(tmp_path: Path) -> None:
+    # 32 DIMMs (one running slow) and 32 EDAC counters, as an 8-GPU node reports them
+    res = result("gpu01")
+    floor = {"metric": "host.dimm_speed_mts", "op": ">=", "value": 4400, "unit": "MT/s",
+             "provenance": "profile: DDR5-4400 at two DIMMs per channel"}
+    ceiling = {"metric": "host.edac_corrected", "op": "<=", "value": 10, "unit": "",
+               "provenance": "policy: a few corrected errors a day"}
+    for i in range(32):
+        slot = f"{'AB'[i // 16]}{i % 16 + 1}"
+        speed = 4000 if slot == "B7" else 4400
+        res["verdicts"] += [
+            {"check": "host.dimms", "metric": "host.dimm_speed_mts", "value": speed,
+             "outcome": "fail" if speed < 4400 else "pass", "unit": "MT/s",
+             "labels": {"dimm": slot, "serial": f"C5A7{i:04d}", "rated": "4800"},
+             "threshold": floor, "message": "", "remediation": "", "spread": None},
+            {"check": "host.memory_errors", "metric": "host.edac_corrected",
+             "value": 3 if slot == "A9" else 0, "outcome": "pass", "unit": "",
+             "labels": {"dimm": slot, "edac": f"mc{i // 4}/dimm{i % 4}"},
+             "threshold": ceiling, "message": "", "remediation": "", "spread": None}]
+    _, (doc,) = _docs(tmp_path, [res])
+    html = render_node_html(doc)
+    key = _section(html, "key-figures")
+    rows = re.findall(r"<tr class=\"v-(\w+)\">(.*?)</tr>", key, re.S)
+    cells = [[re.sub(r"<[^>]+>", "", c).strip()
+              for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for _, r in rows]
+    assert [c[0] for c in cells] == ["GEMM throughput", "nccl.busbw_4g",
+                                     "host.dimm_speed_mts", "host.edac_corrected"]
+    speed, edac = cells[2], cells[3]
+    assert speed[1:4] == ["1 of 32 fail", "DIMM slot B7", "4000 MT/s"] and rows[2][0] == "fail"
+    assert edac[1:4] == ["32", "DIMM slot A9", "3"] and rows[3][0] == "pass"
+    # each DIMM's row is in the appendix
+    appendix = _section(html, "appendix")
+    assert appendix.count("host.dimm_speed_mts") == 32 and appendix.count("dimm B7") == 2
+
+
 def test_simulated_is_in_title_banner_and_print_margin(tmp_path: Path) -> None:
     rack, docs = _docs(tmp_path)
     for html in (render_node_html(docs[0]), render_rack_html(rack, docs)):

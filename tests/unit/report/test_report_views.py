@@ -1,4 +1,5 @@
-"""views: margins, key figures, collapsed appendix rows, numbered references, plot data."""
+"""views: margins, figures by kind and the key figures, collapsed appendix rows, numbered
+references, plot data."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rackready.report import naming
+from rackready.report import kinds, naming
 from rackready.report.views import figures, page, tables
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "h200x2-quick-result.json.gz"
@@ -49,13 +50,75 @@ def _doc(verdicts, checks=(), measurements=(), **extra):
             "measurements": list(measurements), "inventory": {}, "thresholds": [], **extra}
 
 
-def test_key_figures_keep_the_weakest_per_variant() -> None:
+def _with_kinds(doc):
+    return {**doc, "figures_by_kind": kinds.figures_by_kind(doc["verdicts"])}
+
+
+def _dimm(outcome, value, slot, t, metric="host.dimm_speed_mts", unit="MT/s"):
+    return {**_row("host.dimms", metric, outcome, value, {"dimm": slot, "serial": f"S{slot}"},
+                   t), "unit": unit, "component": f"DIMM slot {slot} (serial S{slot})"}
+
+
+FLOOR = {"op": ">=", "value": 4400, "unit": "MT/s", "provenance": "profile"}
+CEILING = {"op": "<=", "value": 10, "unit": "", "provenance": "policy"}
+
+
+def test_figures_by_kind_one_row_per_metric_and_unit_with_the_weakest() -> None:
+    speeds = [_dimm("pass", 4800 - 10 * i, f"A{i}", FLOOR) for i in range(32)]
+    errors = [_dimm("pass", e, f"A{i}", CEILING, "host.edac_corrected", "")
+              for i, e in enumerate([0] * 5 + [7] + [3] + [0] * 25)]
+    na = [_row("judge", "host.edac_corrected", "not_applicable", None)]
+    groups = kinds.figures_by_kind(speeds + errors + na)
+    assert [(g["metric"], g["unit"], g["rows"]) for g in groups] == [
+        ("host.dimm_speed_mts", "MT/s", 32), ("host.edac_corrected", "", 32)]
+    speed, edac = groups
+    # against a floor the lowest, against a ceiling the highest
+    assert speed["direction"] == "floor" and speed["weakest"]["value"] == 4490
+    assert speed["weakest"]["component"] == "DIMM slot A31 (serial SA31)"
+    assert edac["direction"] == "ceiling" and edac["weakest"]["value"] == 7
+    assert edac["weakest"]["labels"]["dimm"] == "A5"
+    assert speed["outcome"] == "pass" and speed["counts"] == {
+        "fail": 0, "below_expected": 0, "pass": 32}
+    assert speed["varies"] == ["dimm", "serial"]
+
+
+def test_a_failing_row_stands_for_its_kind_and_sets_its_outcome() -> None:
+    # a row that failed without a number (nothing to order by) still outranks every pass,
+    # and one below expected outranks a pass with less room
+    rows = [_dimm("pass", 4400, "A0", FLOOR), _dimm("fail", None, "B3", FLOOR),
+            _dimm("below_expected", 4500, "A1", FLOOR), _dimm("pass", 4400, "A2", FLOOR)]
+    (g,) = kinds.figures_by_kind(rows)
+    assert g["outcome"] == "fail" and g["weakest"]["component"].startswith("DIMM slot B3")
+    assert g["counts"] == {"fail": 1, "below_expected": 1, "pass": 2}
+    (g,) = kinds.figures_by_kind([r for r in rows if r["outcome"] != "fail"])
+    assert g["outcome"] == "below_expected" and g["weakest"]["labels"]["dimm"] == "A1"
+
+
+def test_rows_under_different_limits_compare_by_their_room() -> None:
+    # one floor per message size: 250 over a floor of 240 is closer than 60 over 50
+    rows = [_row("nccl", "nccl.busbw", "pass", v, {"op": op, "size_bytes": size},
+                 {"op": ">=", "value": floor, "unit": "GB/s", "provenance": "bench"})
+            for op, size, v, floor in (("all_reduce", "1048576", 60.0, 50.0),
+                                       ("all_gather", "4294967296", 250.0, 240.0),
+                                       ("all_reduce", "4294967296", 300.0, 240.0))]
+    (g,) = kinds.figures_by_kind(rows)
+    assert g["weakest"]["labels"] == {"op": "all_gather", "size_bytes": "4294967296"}
+    assert g["varies"] == ["op", "size_bytes"]
+
+
+def test_key_figures_word_each_kind_once() -> None:
     t = {"op": ">=", "value": 100.0, "unit": "GB/s", "provenance": "bench"}
-    doc = _doc([_row("hbm", "hbm.bandwidth", "pass", v, {"gpu": str(i)}, t)
-                for i, v in enumerate((130.0, 104.0, 120.0))])
-    rows = tables.key_figures(doc, page.References())
-    assert len(rows) == 1
-    assert rows[0]["where"] == "GPU 1" and rows[0]["margin"] == "+4.0 % above floor"
+    hbm = [{**_row("hbm", "hbm.bandwidth", "pass", v, {"gpu": str(i)}, t),
+            "component": f"GPU {i} (serial 16{i}, PCI 0000:0{i}:00.0)"}
+           for i, v in enumerate((130.0, 104.0, 120.0))]
+    speeds = [_dimm("pass", 4800, f"A{i}", FLOOR) for i in range(31)]
+    speeds.insert(7, _dimm("fail", 4000, "B7", FLOOR))
+    rows = tables.key_figures(_with_kinds(_doc(hbm + speeds)), page.References())
+    assert [(r["name"], r["how_many"], r["where"], r["outcome"]) for r in rows] == [
+        ("HBM bandwidth", "3", "GPU 1", "pass"),
+        ("host.dimm_speed_mts", "1 of 32 fail", "DIMM slot B7", "fail")]
+    assert rows[0]["margin"] == "+4.0 % above floor"
+    assert rows[1]["measured"] == "4000 MT/s" and rows[1]["margin"] == "\u22129.1 % below floor"
 
 
 def test_references_number_each_distinct_text_once() -> None:
