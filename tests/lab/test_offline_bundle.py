@@ -3,8 +3,10 @@
 A lab node stands in for the connected staging host (the lab mirror is its
 upstream): playbooks/offline_bundle.yml downloads the packages and wheels and
 signs a flat repository, pins every wheel by hash and signs the bundle's manifest.
-Another node then installs from the bundle alone, served over HTTP as a site mirror
-would, with apt verifying the signature; the validation_tools role builds the node
+Another node then installs every package of the bundle from it alone, served over HTTP
+as a site mirror would, with apt verifying the signature (for real, into a bare Debian
+root on that node: see test_a_bare_node_installs_everything_from_the_bundle_alone);
+the validation_tools role builds the node
 venv from the bundle alone (the signed manifest and every file checked, then
 `pip install --require-hashes --no-index`) and validates from it; a bundle with one
 wheel swapped for another file of the same name is refused, naming the wheel, with
@@ -17,12 +19,14 @@ import json
 import posixpath
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from rackready.lab import repo
+from rackready.lab import repo, rootfs
 from rackready.lab.inventory import group_vars
 from rackready.remote import bundle as bundle_mod
 from rackready.remote import ssh
@@ -98,24 +102,84 @@ def _apt_from_bundle(lab, key: str, args: str):
                   check=False)
 
 
+def _long(name: str, script: str, timeout_s: float):
+    """A root command on a lab node that may outlast lab.sh's two minutes (bounded too)."""
+    node = inventory.find(name, "lab")
+    client = ssh.connect(node)
+    try:
+        return run_command(client, build_remote_command(script, become=node.become),
+                           timeout_s=timeout_s, idle_s=timeout_s, max_stdout=16 << 20,
+                           max_stderr=16 << 20)
+    finally:
+        client.close()
+
+
+BARE = "/var/tmp/rr-bare-root"  # on the client: a bare Debian root, removed after the test
+
+
 def test_a_bare_node_installs_everything_from_the_bundle_alone(provisioned_lab, bundle):
+    """apt-get install, for real, of every package `invoke bundle` derived from the node
+    roles, with the bundle as the only source (apt checking its signature), into a bare
+    Debian root on the client: the lab's own base image (what every lab node was built
+    from), copied into the client and entered with chroot there, so the packages unpack,
+    their maintainer scripts run (the DKMS build of the driver's modules included) and
+    dpkg records them as installed. Not into the client's own root: it is provisioned
+    and shared, and reinstalling there would run the stand-ins' prerm/postinst (dkms
+    remove/install, systemctl enable) under the other tests; the bare root leaves the
+    node as they expect (no service starts: policy-rc.d says no, and no systemd runs
+    in the root). Copying the image (~350 MB) and the install take about a minute more
+    than the download-only check did; the bundle's whole closure is what it proves."""
     lab = provisioned_lab
-    key = "/tmp/bundle-key.asc"
-    lab.sh(CLIENT, f"python3 -c \"import urllib.request as u; u.urlretrieve("
-                   f"'http://{lab.spec(STAGING).ip}:{PORT}/bundle-key.asc', '{key}')\"")
-    # what `invoke bundle` derived from the node roles' variables for the staging host;
-    # the kernel headers are the staging host's kernel's (the lab's kernel is the
-    # controller's: the lab mirror's stand-in linux-headers package)
+    staging_ip = lab.spec(STAGING).ip
     kernel = lab.sh(STAGING, "uname -r").stdout.strip()
     packages = [p.replace(KERNEL_FACT, kernel) for p in manifest(bundle[2], STAGING).packages]
     assert f"linux-headers-{kernel}" in packages
     debs = lab.sh(STAGING, f"ls {BUNDLE}/debs").stdout.split()
     assert [d for d in debs if d.startswith(f"linux-headers-{kernel}_")], debs
-    out = _apt_from_bundle(lab, key, "install --download-only -y --no-install-recommends "
-                                     + " ".join(shlex.quote(p) for p in packages))
-    assert out.returncode == 0, out.stdout[-2000:]
-    assert "Download complete" in out.stdout
-    assert "NO_PUBKEY" not in out.stdout and "not signed" not in out.stdout
+    base, root = rootfs.cached_rootfs(), lab.spec(CLIENT).root / BARE.lstrip("/")
+    shutil.rmtree(root, ignore_errors=True)
+    subprocess.run(["cp", "-a", f"{base}/.", str(root)], check=True, timeout=300)
+    quoted = " ".join(shlex.quote(p) for p in packages)
+    try:
+        lab.sh(CLIENT, f"mount --bind /dev {BARE}/dev && mount -t proc proc {BARE}/proc")
+        # the bundle is the root's only source; its key as a site installs the mirror's
+        out = _long(CLIENT, (
+            f"rm -f {BARE}/etc/apt/sources.list.d/* && python3 -c \"import urllib.request "
+            f"as u; u.urlretrieve('http://{staging_ip}:{PORT}/bundle-key.asc', "
+            f"'{BARE}/etc/apt/keyrings/bundle.asc')\" && echo 'deb [signed-by=/etc/apt/"
+            f"keyrings/bundle.asc] http://{staging_ip}:{PORT}/debs ./' > "
+            f"{BARE}/etc/apt/sources.list && printf '#!/bin/sh\\nexit 101\\n' > "
+            f"{BARE}/usr/sbin/policy-rc.d && chmod 755 {BARE}/usr/sbin/policy-rc.d && "
+            f"chroot {BARE} apt-get update 2>&1 && DEBIAN_FRONTEND=noninteractive chroot "
+            f"{BARE} apt-get install -y -q --no-install-recommends {quoted} 2>&1"),
+            600)
+        assert out.rc == 0, (out.problem, out.out[-3000:])
+        assert "NO_PUBKEY" not in out.out and "not signed" not in out.out
+        # installed, not only downloaded: unpacked and configured by dpkg
+        summary = re.search(r"^(\d+) upgraded, (\d+) newly installed.*$", out.out, re.M)
+        assert summary and int(summary[2]) >= len(packages) // 2, out.out[-3000:]
+        assert "Setting up nvidia-kernel-open-dkms" in out.out, out.out[-3000:]
+        # every package came from the bundle, none from anywhere else
+        fetched = re.findall(r"^Get:\d+ (\S+)", out.out, re.M)
+        assert fetched and set(fetched) == {f"http://{staging_ip}:{PORT}/debs"}, set(fetched)
+        names = [re.split(r"[=]", p)[0] for p in packages]
+        state = lab.sh(CLIENT, f"chroot {BARE} dpkg-query -W -f '${{Package}} ${{Version}} "
+                               f"${{db:Status-Status}}\\n' {' '.join(names)}").stdout
+        installed = {ln.split()[0]: ln.split()[1:] for ln in state.splitlines()}
+        for pin in packages:
+            name, _, version = pin.partition("=")
+            got, status = installed.get(name, ["", ""])
+            assert status == "installed", (name, state)
+            assert re.fullmatch(re.escape(version).replace(r"\*", ".*"), got) \
+                if version else got, (pin, got)
+        # the driver's DKMS postinst ran in the root, against the bundle's headers
+        dkms = lab.sh(CLIENT, f"chroot {BARE} dkms status", check=False).stdout
+        assert "nvidia" in dkms and "installed" in dkms, dkms
+    finally:
+        lab.sh(CLIENT, f"umount {BARE}/proc; umount {BARE}/dev; true", check=False)
+        if lab.sh(CLIENT, f"mountpoint -q {BARE}/dev || mountpoint -q {BARE}/proc",
+                  check=False).returncode != 0:  # never remove through a live /dev
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def test_nccl_tests_comes_from_the_bundle_at_the_pinned_release(provisioned_lab, bundle):
