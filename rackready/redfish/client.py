@@ -3,6 +3,13 @@
 Stdlib only (http.client + ssl) so the BIOS module runs with ansible-core alone. Every
 error is one line that names the BMC and never carries the password (RedfishError
 scrubs it as a last guard; the messages are built without it in the first place).
+
+The BMC is an untrusted party, like the node: every request ends within `timeout` however
+slowly the BMC answers (a watchdog cuts the connection, whatever phase it is in), a caller
+bounds a whole read with one deadline and a byte budget (Client.bounded), a collection is
+walked within bounds of pages, members and bytes (pages, members), and a number JSON
+cannot carry (NaN, Infinity, 1e999, a 400-digit integer) never leaves the client as a
+number: it comes back as the BMC's text, which no reading accepts.
 """
 
 from __future__ import annotations
@@ -11,13 +18,42 @@ import base64
 import contextlib
 import http.client
 import json
+import math
+import socket
 import ssl
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 SERVICE_ROOT = "/redfish/v1"
 # Cap on one response body: a BMC's answer is a few hundred KiB at most.
 MAX_BODY = 16 * 1024 * 1024
+# A collection walk: pages (a 2000-entry log at iDRAC's 50 a page is 40), the bytes of all
+# its pages, the length of one member's URI. Past them the BMC is not telling a collection.
+MAX_PAGES = 256
+MAX_WALK_BYTES = 64 * 1024 * 1024
+MAX_URI = 2048
+# Integers longer than this come back as text: no Redfish count or size needs more
+# (an 8 PB drive in bytes has 16 digits), and float() of 10**400 raises.
+_MAX_INT_DIGITS = 18
+
+
+def _finite_float(text: str) -> float | str:
+    value = float(text)
+    return value if math.isfinite(value) else text  # 1e999 is inf: the BMC's text instead
+
+
+def _bounded_int(text: str) -> int | str:
+    return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else text
+
+
+def parse(raw: bytes) -> Any:
+    """JSON as the client hands it on: NaN, Infinity, 1e999 and huge integers as their text
+    (JSON has no such numbers; a reading of that text is refused where it is read)."""
+    return json.loads(raw, parse_constant=str, parse_float=_finite_float,
+                      parse_int=_bounded_int)
 
 
 class RedfishError(Exception):
@@ -80,6 +116,12 @@ class Client:
         self._session_uri: str | None = None
         self._basic = False
         self.auth_mode = "none"
+        # Client.bounded: one deadline (monotonic) and byte budget for a whole read
+        self._deadline: float | None = None
+        self._deadline_s = 0.0
+        self._what = ""
+        self._bytes_left: int | None = None
+        self.bytes_read = 0
         if self.scheme == "https":
             if insecure_skip_verify:
                 # Only through the loudly named inventory option; never a default.
@@ -100,11 +142,41 @@ class Client:
     def _error(self, text: str, status: int | None = None) -> RedfishError:
         return RedfishError(f"{self.name}: {text}", status, self._password or None)
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, limit: float) -> http.client.HTTPConnection:
         if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
+            return http.client.HTTPSConnection(self.host, self.port, timeout=limit,
                                                context=self._ctx)
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=limit)
+
+    @contextlib.contextmanager
+    def bounded(self, seconds: float, what: str,
+                max_bytes: int | None = None) -> Iterator[None]:
+        """One deadline (and optionally a byte budget) for every request made inside: a
+        BMC that answers slowly, at length or without end fails the read, naming `what`."""
+        saved = self._deadline, self._deadline_s, self._what, self._bytes_left
+        self._deadline, self._deadline_s = time.monotonic() + seconds, seconds
+        self._what, self._bytes_left = what, max_bytes
+        try:
+            yield
+        finally:
+            self._deadline, self._deadline_s, self._what, self._bytes_left = saved
+
+    def _limits(self, method: str, path: str) -> tuple[float, int, str]:
+        """(seconds this request may take, bytes it may read, what a cut says)."""
+        limit, why = self.timeout, f"{method} {path}: no complete answer within " \
+                                   f"{self.timeout:g} s"
+        if self._deadline is not None:
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                raise self._error(f"{self._what}: not done within {self._deadline_s:g} s")
+            if left < limit:
+                limit, why = left, f"{self._what}: not done within {self._deadline_s:g} s"
+        cap = MAX_BODY
+        if self._bytes_left is not None:
+            if self._bytes_left <= 0:
+                raise self._error(f"{self._what}: more than its budget of bytes")
+            cap = min(cap, self._bytes_left)
+        return limit, cap, why
 
     def _auth_headers(self) -> dict[str, str]:
         if self._token:
@@ -124,35 +196,51 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             hdrs["Content-Type"] = "application/json"
-        conn = self._connection()
+        limit, cap, late = self._limits(method, path)
+        conn = self._connection(limit)
+        watch = _Watchdog(conn, limit)
         try:
             conn.request(method, path, body=data, headers=hdrs)
             resp = conn.getresponse()
-            raw = resp.read(MAX_BODY + 1)
+            raw = resp.read(cap + 1)
             rh = {k.lower(): v for k, v in resp.getheaders()}
             status = resp.status
-        except ssl.SSLCertVerificationError as exc:
-            raise self._error(f"TLS certificate not trusted ({exc.verify_message}); give the "
-                              "site CA in rackready_bmc_ca_file") from None
-        except ssl.SSLError as exc:
-            raise self._error(f"TLS failed: {exc.reason or exc}") from None
-        except TimeoutError:
-            raise self._error(f"unreachable: no answer within {self.timeout:g} s") from None
-        except OSError as exc:
-            raise self._error(f"unreachable: {exc.strerror or exc}") from None
-        except http.client.HTTPException as exc:
-            raise self._error(f"broken HTTP answer: {type(exc).__name__}") from None
+        except Exception as exc:  # noqa: BLE001  a BMC's broken answer is one line, never a trace
+            if watch.stop():  # the watchdog's cut reads as any broken read
+                raise self._error(late) from None
+            raise self._failed(exc) from None
         finally:
+            watch.stop()
             conn.close()
-        if len(raw) > MAX_BODY:
+        if watch.cut:  # cut as the answer ended: what came may be torn
+            raise self._error(late)
+        self.bytes_read += len(raw)
+        if self._bytes_left is not None:
+            self._bytes_left -= len(raw)
+        if len(raw) > cap:
+            if cap < MAX_BODY:
+                raise self._error(f"{self._what}: more than its budget of bytes")
             raise self._error(f"{method} {path}: answer larger than {MAX_BODY} bytes")
         parsed: Any = None
         if raw.strip():
             try:
-                parsed = json.loads(raw)
+                parsed = parse(raw)
             except ValueError:
                 parsed = None
         return status, rh, parsed
+
+    def _failed(self, exc: Exception) -> RedfishError:
+        """A transport failure in one line."""
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return self._error(f"TLS certificate not trusted ({exc.verify_message}); give "
+                               "the site CA in rackready_bmc_ca_file")
+        if isinstance(exc, ssl.SSLError):
+            return self._error(f"TLS failed: {exc.reason or exc}")
+        if isinstance(exc, TimeoutError):
+            return self._error(f"unreachable: no answer within {self.timeout:g} s")
+        if isinstance(exc, OSError):
+            return self._error(f"unreachable: {exc.strerror or exc}")
+        return self._error(f"broken HTTP answer: {type(exc).__name__}")
 
     def request(self, method: str, path: str, body: Any = None,
                 ok: tuple[int, ...] = (200, 201, 202, 204)) -> tuple[int, dict[str, str], Any]:
@@ -219,6 +307,50 @@ class Client:
         self.logout()
 
 
+class _Watchdog:
+    """Cuts one connection when its time is up, in whatever phase it is (connect, TLS,
+    headers, body): a socket timeout bounds one recv, and a BMC that trickles a byte
+    every few seconds never trips it."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self._conn = conn
+        self._fd = -1
+        self._lock = threading.Lock()
+        self._done = False
+        self.cut = False
+        create = conn._create_connection  # type: ignore[attr-defined]
+
+        def tracked(*args: Any, **kwargs: Any) -> socket.socket:
+            sock = create(*args, **kwargs)
+            self._fd = sock.fileno()  # the TLS socket wraps this same descriptor
+            return sock
+
+        conn._create_connection = tracked  # type: ignore[attr-defined]
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done or self._fd < 0:
+                self.cut = not self._done
+                return
+            self.cut = True
+            with contextlib.suppress(OSError):  # a duplicate: shutdown acts on the connection
+                dup = socket.fromfd(self._fd, socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    dup.shutdown(socket.SHUT_RDWR)
+                finally:
+                    dup.close()
+
+    def stop(self) -> bool:
+        """Disarm (before the connection closes); whether it had cut the connection."""
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+        return self.cut
+
+
 def link(resource: dict[str, Any], *keys: str) -> str | None:
     """The @odata.id reached through keys (e.g. link(root, 'Systems'))."""
     cur: Any = resource
@@ -232,13 +364,39 @@ def link(resource: dict[str, Any], *keys: str) -> str | None:
     return None
 
 
-def members(client: Client, collection_uri: str | None, limit: int = 5000) -> list[str]:
-    """Member URIs of a collection, following Members@odata.nextLink pages."""
-    out: list[str] = []
+def pages(client: Client, collection_uri: str | None, *,
+          max_pages: int = MAX_PAGES, max_bytes: int = MAX_WALK_BYTES
+          ) -> Iterator[dict[str, Any]]:
+    """Each page of a collection, following Members@odata.nextLink: a link back to a page
+    already read, more than max_pages pages or max_bytes bytes end the walk in one line."""
+    seen: set[str] = set()
+    start = client.bytes_read
     uri = collection_uri
-    while uri and len(out) < limit:
+    while uri:
+        if uri in seen:
+            raise client._error(f"collection {collection_uri}: its next page {uri} was read "
+                                "already (a nextLink loop)")
+        if len(seen) >= max_pages:
+            raise client._error(f"collection {collection_uri}: more than {max_pages} pages")
+        seen.add(uri)
         body = client.get(uri)
-        out += [m["@odata.id"] for m in body.get("Members") or []
-                if isinstance(m, dict) and m.get("@odata.id")]
-        uri = body.get("Members@odata.nextLink")
+        if client.bytes_read - start > max_bytes:
+            raise client._error(f"collection {collection_uri}: more than {max_bytes} bytes "
+                                "of pages")
+        yield body
+        nxt = body.get("Members@odata.nextLink")
+        uri = nxt if isinstance(nxt, str) and nxt else None
+
+
+def members(client: Client, collection_uri: str | None, limit: int = 5000) -> list[str]:
+    """Member URIs of a collection (at most limit, each at most MAX_URI long), following
+    its pages within the bounds of pages()."""
+    out: list[str] = []
+    for body in pages(client, collection_uri):
+        listed = body.get("Members")
+        out += [m["@odata.id"] for m in listed if isinstance(m, dict)
+                and isinstance(m.get("@odata.id"), str) and 0 < len(m["@odata.id"]) <= MAX_URI
+                ] if isinstance(listed, list) else []
+        if len(out) >= limit:
+            break
     return out[:limit]

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import ssl
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -90,7 +91,10 @@ HPE_BIOS = {"WorkloadProfile": "GeneralPowerEfficientCompute",
 
 
 class FakeBMC:
-    """One BMC. `vendor` is "dell" or "hpe". Mutate `.res` (resources by path) for faults."""
+    """One BMC. `vendor` is "dell" or "hpe". Mutate `.res` (resources by path) for faults.
+    A hostile BMC: `.raw[path]` answers a GET with those exact bytes (NaN, 1e999: what
+    json.dumps never writes), `.trickle[path]` sends that answer a byte every so many
+    seconds (headers and body), `.delay_s` holds every answer that long."""
 
     def __init__(self, certs: tuple[Path, Path, Path] | None, vendor: str = "dell",
                  user: str = "root", password: str = "calvin", sessions: bool = True) -> None:
@@ -105,6 +109,9 @@ class FakeBMC:
         # a job's state advances one step per GET through this list (New -> Scheduled)
         self.job_steps = ["Scheduled"]
         self.clock = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.timezone.utc)
+        self.raw: dict[str, bytes] = {}
+        self.trickle: dict[str, float] = {}
+        self.delay_s = 0.0
         self._build()
         handler = type("H", (_Handler,), {"bmc": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -398,6 +405,13 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(n)) if n else None
         status, payload, extra = self.bmc.handle(self.command, self.path, self.headers, body)
         data = json.dumps(payload).encode() if payload is not None else b""
+        time.sleep(self.bmc.delay_s)
+        path = self.path.split("?")[0]
+        if self.command == "GET" and status == 200 and path in self.bmc.raw:
+            data = self.bmc.raw[path]
+        if self.command == "GET" and path in self.bmc.trickle:
+            self._trickle(data, self.bmc.trickle[path])
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -405,5 +419,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
+
+    def _trickle(self, data: bytes, every_s: float) -> None:
+        """The whole answer a byte at a time: each arrives well within any socket timeout."""
+        answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(data)) + data
+        try:
+            for i in range(len(answer)):
+                self.wfile.write(answer[i:i + 1])
+                self.wfile.flush()
+                time.sleep(every_s)
+        except OSError:  # the client gave up: what a trickle is for
+            pass
+        self.close_connection = True
 
     do_GET = do_POST = do_PATCH = do_DELETE = _do
