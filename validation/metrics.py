@@ -144,6 +144,8 @@ _CORE: list[Metric] = [
     # (rackready/steps/envelope.py)
     _m("bmc.envelope.samples", "", "chassis readings taken through Redfish while the node's "
        "suite ran", "higher"),
+    _m("bmc.envelope.refused_readings", "", "chassis readings refused while the node's suite "
+       "ran: not a number or outside the physical range (labelled with the first)", "lower"),
     _m("bmc.power.peak_w", "W", "peak chassis draw while the suite ran", "lower",
        judged=False),
     _m("bmc.power.one_lost_load_ratio", "", "peak chassis draw over what the PSUs deliver "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ BASELINE_DIR = PROJECT_ROOT / "artifacts" / "bmc"
 # The bios role's profiles: validation judges the BIOS against the same data.
 BIOS_PROFILES = PROJECT_ROOT / "roles" / "bios" / "profiles"
 _WORST = {"Critical": 3, "Warning": 2, "unknown": 1, "OK": 0}
+# The whole out-of-band read (login, identity, firmware, sensors, every log page) within one
+# deadline: a real iDRAC answers a GET in 0.1-1 s and the read is a few hundred of them.
+COLLECT_S = 600.0
 _NOT_PRESENT = {"Absent", "Disabled", "StandbyOffline", "UnavailableOffline"}
 
 
@@ -63,7 +67,11 @@ def provisioned_at(node: str, folder: Path = BASELINE_DIR) -> tuple[str | None, 
 
 
 def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A finite number, or None (the client hands NaN and 1e999 on as the BMC's text)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    x = float(v) if abs(v) < 1e300 else math.inf
+    return x if math.isfinite(x) else None
 
 
 def measurements(data: dict[str, Any], since: str | None) -> list[Measurement]:
@@ -190,8 +198,11 @@ def bios_attributes(client: Client) -> dict[str, Any]:
 
 
 def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_DIR,
-            envelope: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One node's out-of-band record (bmc.json). Never raises for the node's trouble.
+            envelope: dict[str, Any] | None = None,
+            deadline_s: float = COLLECT_S) -> dict[str, Any]:
+    """One node's out-of-band record (bmc.json). Never raises for the node's trouble, nor
+    for the BMC's: a read past deadline_s is an error naming it, and the record is always
+    one JSON can hold.
     envelope: what rackready.steps.envelope sampled while the node's suite ran (validate
     always passes it: no readings is then 0 samples, which the profile fails); its
     measurements join the check."""
@@ -210,9 +221,10 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
             since, source = provisioned_at(node.name, baseline_dir)
             rec["since"], rec["since_source"] = since, source
             want, rec["bios_profile"] = bios_profile(node)
-            with Client(access.address, access.user, secret, ca_file=access.ca_file,
-                        insecure_skip_verify=access.insecure_skip_verify, timeout=timeout,
-                        node=node.name) as client:
+            client = Client(access.address, access.user, secret, ca_file=access.ca_file,
+                            insecure_skip_verify=access.insecure_skip_verify, timeout=timeout,
+                            node=node.name)
+            with client.bounded(deadline_s, "reading the BMC"), client:
                 data = gather(client)
                 if want:
                     current = bios_attributes(client)
@@ -236,4 +248,28 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
     rec["check"] = CheckResult(check=CHECK, status=status,  # type: ignore[arg-type]
                                duration_s=time.monotonic() - t0, measurements=tuple(found),
                                message=rec["problem"], needs=(CHECK,)).to_dict()
-    return rec
+    return _writable(rec)
+
+
+def _writable(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record with every number JSON can hold (a last guard: readings are checked where
+    they are read); a number it cannot is dropped, and the check says so."""
+    dropped: list[str] = []
+
+    def clean(v: Any, where: str) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            dropped.append(where)
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x, f"{where}.{k}") for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    out = clean(rec, "bmc")
+    if dropped:
+        why = one_line(f"{len(dropped)} numbers from the BMC that JSON cannot hold were "
+                       f"dropped (the first: {dropped[0]})")
+        out["problem"] = "; ".join(x for x in (out["problem"], why) if x)
+        out["check"].update(status="error", message=out["problem"])
+    return out
