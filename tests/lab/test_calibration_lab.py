@@ -88,15 +88,19 @@ def _calibration_run(out, nodes: list[str]) -> tuple[list[str], dict[str, list[C
     return refusals, {n: parse_checks(run.read_result(n).result or {}, []) for n in nodes}
 
 
-def _synthetic() -> list[CheckResult]:
+def _synthetic(model: list[CheckResult]) -> list[CheckResult]:
     """SYNTHETIC's rails: hwsim's ib_write_bw model for a node of that name with
-    lab-gpu01's NICs and GPUs, on the GPU each rail's check paired it with there."""
+    lab-gpu01's NICs and GPUs, each rail on the GPU lab-gpu01's run paired it with (its
+    labels), none of lab-gpu01's figures."""
     state = read_node_state(lab.find("lab-gpu01").root)
-    nics = {n["name"]: n for n in state["nics"] if n.get("role") == "compute"}
-    ms = tuple(Measurement(RAIL, bandwidth_gbps({**state, "node": SYNTHETIC}, nics[nic],
-                                                state["gpus"][gpu]), "Gb/s",
-                           {"nic": nic, "gpu": str(gpu), "size_bytes": "8388608"})
-               for gpu, nic in enumerate(sorted(nics)))
+    nics = {n["name"]: n for n in state["nics"]}
+    rails = [m for r in model for m in r.measurements if m.name == RAIL]
+    assert len(rails) == 8, rails
+    ms = tuple(Measurement(RAIL, bandwidth_gbps({**state, "node": SYNTHETIC},
+                                                nics[m.labels["nic"]],
+                                                state["gpus"][int(m.labels["gpu"])]),
+                           "Gb/s", dict(m.labels)) for m in rails)
+    assert [m.value for m in ms] != [m.value for m in rails]  # its own, not a copy
     return [CheckResult("rdma.gpudirect_bw", "ok", 1.0, ms)]
 
 
@@ -113,7 +117,7 @@ def references(three_nodes, tmp_path_factory) -> dict[str, list[CheckResult]]:
     refusals, results = _calibration_run(tmp_path_factory.mktemp("calibrate") / "healthy",
                                          REFERENCES)
     assert refusals == []
-    return {**results, SYNTHETIC: _synthetic()}
+    return {**results, SYNTHETIC: _synthetic(results["lab-gpu01"])}
 
 
 @pytest.fixture(scope="module")
