@@ -17,6 +17,7 @@ node that misses the profile's own limit on a device (a "below expected" the
 uncalibrated judge lets pass) or that is an outlier within the set (its median, or one
 of its devices, more than K robust deviations on the bad side) is refused by name; and
 then no overlay is written.
+
 The overlay, inventories/SITE/calibration/<profile>.yml, names the nodes, their GPU
 serials, the date, level and versions; `invoke validate` applies it (profile tier
 "calibrated") and every report says so.
