@@ -5,10 +5,16 @@ Only the hardware reads of the node's profile run (no GPU workload, nothing that
 PyTorch), within a wall-time budget (`health:` in validation/budgets.yml, 10 s on an 8-GPU
 node, counted from the process's start): each check must be done by the sum of its share
 and the shares before it (time an earlier check left unused carries over); one that runs
-past that is stopped, its processes killed, and the node is unhealthy (`timed out`), never
-a silent pass. The results are judged by validation.judge against the profile on the node
-itself: a local health gate, not an acceptance (the controller's judgement of a full run is
-that). One line and an exit code: 0 healthy, 1 unhealthy, 2 a usage mistake.
+past that is stopped, its processes killed, and the node fails the gate, never a silent
+pass. The results are judged by validation.judge against the profile on the node itself: a
+local health gate, not an acceptance (the controller's judgement of a full run is that).
+One line and an exit code: 0 healthy, 1 unhealthy, 2 a usage mistake.
+
+A check that ran out of time is not a hardware fault: the gate's budget is measured on the
+lab's simulated node and a real node may be slower (a loaded node, a large journal). Where
+nothing but time-outs failed, the node is `timed_out`, and its line and drain reason say
+`health check timed out: <check>`; a verdict that failed on a measurement is named first
+when there is one (`<check> <component>: <metric> = <value>`).
 """
 
 from __future__ import annotations
@@ -82,7 +88,23 @@ class Health:
     notes: list[str] = field(default_factory=list)
 
     def first_failure(self) -> Verdict | None:
-        return next((v for v in self.verdicts if v.outcome == "fail"), None)
+        """The first failed verdict of a check that did not time out (the hardware's, or a
+        check's own error); None when there is none. A timed-out check's verdicts (its
+        status, a metric it never got to emit) say only that it ran out of time."""
+        late = {r.check for r in self.timed_out()}
+        return next((v for v in self.verdicts if v.outcome == "fail" and v.check not in late),
+                    None)
+
+    def timed_out(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "timeout"]
+
+    @property
+    def state(self) -> str:
+        """healthy, unhealthy (a failure that is not a time-out) or timed_out."""
+        if self.healthy:
+            return "healthy"
+        return "unhealthy" if self.first_failure() is not None or not self.timed_out() \
+            else "timed_out"
 
 
 def _timed_out(spec: CheckSpec, share: float, used: float, budget_s: float) -> CheckResult:
@@ -139,11 +161,25 @@ def run_health(profile: Profile, sysroot: Path = Path("/"), site: dict[str, Any]
 
 
 def one_line(h: Health, profile: Profile) -> str:
-    v = h.first_failure()
-    if v is None:
+    if h.healthy:
         return (f"healthy: {len(h.results)} checks in {h.elapsed_s:.1f} s "
                 f"({profile.name}; a local health gate, not an acceptance)")
-    return f"UNHEALTHY: {failure_words(v)}"
+    v = h.first_failure()
+    if v is None and h.timed_out():
+        first = h.timed_out()[0]
+        return f"UNHEALTHY: {timed_out_words(h)} ({' '.join(first.message.split())})"
+    return f"UNHEALTHY: {failure_words(v)}" if v else "UNHEALTHY: no verdict said why"
+
+
+TIMED_OUT = "health check timed out"
+
+
+def timed_out_words(h: Health) -> str:
+    """`health check timed out: <check>[ and N more]`: the drain reason of a gate whose
+    only failures are time-outs, never worded as a hardware fault."""
+    late = h.timed_out()
+    more = f" and {len(late) - 1} more" if len(late) > 1 else ""
+    return f"{TIMED_OUT}: {late[0].check}{more}"
 
 
 def failure_words(v: Verdict) -> str:
@@ -177,8 +213,7 @@ def main(profile: Profile, sysroot: Path, site: dict[str, Any], textfile_dir: st
     healthy = h.healthy
     node = str(site.get("node") or drain_mod.node_name())
     if drain:
-        first = h.first_failure()
-        why = drain_mod.reason(reason_words(first) if first else "")
+        why = drain_mod.reason(drain_words(h))
         remaining = max(1.0, h.budget_s - (time.monotonic() - t0))
         done, words = drain_mod.apply(healthy, why, drain_mod.Scontrol(timeout_s=remaining))
         if not done and healthy:  # the gate could not do what it was asked
@@ -186,17 +221,27 @@ def main(profile: Profile, sysroot: Path, site: dict[str, Any], textfile_dir: st
             line = f"UNHEALTHY: health.drain node: {words}"
         elif words:
             line += f"; {words}" if done else f"; not drained: {words}"
-    if textfile_dir:
+    where = textfile.run_dir(site, textfile_dir)  # --textfile-dir, else the site's
+    if where is not None:
         elapsed = time.monotonic() - t0
-        text = textfile.exposition(SOURCE, document(h, profile, node), elapsed,
-                                   h.started + elapsed, healthy,
-                                   "healthy" if healthy else "unhealthy")
+        state = h.state if healthy == h.healthy else "unhealthy"  # the drain failed
+        text = textfile.health_exposition(document(h, profile, node), elapsed,
+                                          h.started + elapsed, state)
         try:
-            textfile.write(Path(textfile_dir), SOURCE, text)
+            textfile.write(where, SOURCE, text)
         except OSError as exc:
-            line += f"; metrics not written to {textfile_dir}: {exc.strerror or exc}"
+            line += f"; metrics not written to {where}: {exc.strerror or exc}"
     print(line, flush=True)
     return 0 if healthy else 1
+
+
+def drain_words(h: Health) -> str:
+    """What the drain reason says: the first failure that is not a time-out, else that
+    the gate timed out (its own reason, never a hardware fault)."""
+    first = h.first_failure()
+    if first is not None:
+        return reason_words(first)
+    return timed_out_words(h) if h.timed_out() else ""
 
 
 def reason_words(v: Verdict) -> str:

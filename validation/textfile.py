@@ -1,20 +1,52 @@
-"""node_exporter textfile-collector metrics of a run or a health check.
+"""node_exporter textfile-collector metrics: what a run or the health gate measured on the
+node, and what the controller decided about it.
 
-One file per source in the collector's directory, `rackready-<source>.prom` (source: run,
-health), written atomically (a temporary file in the same directory, then rename, so the
-collector never reads half a file). Every series carries `source`, so the two files never
-give one series twice and share every HELP and TYPE line. All families are gauges:
+One file per source in the collector's directory, `rackready-<source>.prom`, written
+atomically (a temporary file in the same directory, then rename, so the collector never
+reads half a file):
 
-    rackready_info{source, profile, level, node, outcome, simulated, judged_by, ...} 1
-    rackready_ok{source}                          1 PASS / healthy, 0 otherwise
-    rackready_run_duration_seconds{source}        wall time of the run or the health check
-    rackready_run_timestamp_seconds{source}       when it finished (unix time)
-    rackready_check_ok{source, check, component}  0 when a verdict on that part failed
-    rackready_check_status{source, check, status} 1 (ok, skipped, error, timeout)
-    rackready_check_duration_seconds{source, check}
-    rackready_verdicts{source, outcome}           verdicts by outcome
+    run         the node's runner (`python -m validation run`): measurements only. The node
+                never exports a verdict of its own: it judges itself only to say what it
+                saw, and the controller's judgement is the acceptance.
+    health      the Slurm health gate (`python -m validation health`): measurements and the
+                gate's state, `rackready_health_state` (a local gate, never `rackready_ok`).
+    controller  written by the controller after it judged (`invoke validate`, `--via slurm`
+                too; rackready.steps.verdict_metrics): the outcome the reports carry.
+
+Every series carries `source`, so the files never give one series twice and share every
+HELP and TYPE line. All families are gauges:
+
+    rackready_info{source, profile, level, node, simulated, nvidia_driver, cuda, python} 1
+        (labels that stay from run to run: no run id, bundle hash or outcome)
+    rackready_run_duration_seconds{source}            run, health: wall time
+    rackready_run_timestamp_seconds{source}           when it finished or was judged
+    rackready_check_status{source, check, status}     run, health: one series per status
+                                                      (ok, skipped, error, timeout), 1 for
+                                                      how the check ended, else 0
+    rackready_check_duration_seconds{source, check}   run, health
     rackready_<metric>_<base unit>{source, check, <its labels>}  every numeric measurement
-    rackready_<metric>_info{source, check, <its labels>, value}  every text measurement
+    rackready_<metric>_info{source, check, <its labels>, value}  every text measurement, 1
+    rackready_health_state{source, state}             health: healthy, unhealthy, timed_out
+    rackready_ok{source}                              controller: 1 only for PASS
+    rackready_outcome{source, outcome}                controller: PASS, FAIL, INCOMPLETE,
+                                                      PARTIAL, 1 for the decided one
+    rackready_check_ok{source, check, component}      controller: 0 when a verdict of the
+                                                      check on that part failed, else 1
+    rackready_verdicts{source, outcome}               controller: verdicts by outcome
+
+Series per node (tests/unit/node/test_textfile.py counts them on an 8-GPU burn-in):
+
+    run          3 + 5 C + M
+    health       6 + 5 C + M
+    controller  11 + P
+
+C: the checks in the result; M: the distinct (metric, labels) of its measurements, less the
+points of a curve; P: the distinct (check, component) of the controller's verdicts. A
+measurement labeled with its place on a curve (CURVE_LABELS: `t_s`, a burn-in interval;
+`step`, a training step) is one point of a series over time: it stays in result.json and
+the reports, and is left out here, so M is set by the node's parts (GPUs, links, NICs,
+drives, DIMMs, GPU pairs) and the checks, never by how long the run was: a 4-hour burn-in
+exports as many series as a 15-second one.
 
 Metric names follow Prometheus' conventions: the suite's name with dots as underscores,
 its unit converted to a base unit and named last (`_bytes`, `_seconds`, `_celsius`,
@@ -31,10 +63,10 @@ import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from validation import metrics
-from validation.judge import component
+from validation.model import CheckStatus, Outcome
 
 PREFIX = "rackready_"
 # suite unit -> (base-unit suffix, factor to it, words the suite's names may end in for it)
@@ -135,16 +167,34 @@ class Exposition:
         return "\n".join(lines) + "\n"
 
 
+# a label that places a measurement on a curve over time: one series per point would grow
+# with the run (a 4-hour burn-in: 600 points per GPU, dtype and reading)
+CURVE_LABELS = frozenset({"t_s", "step"})
+STATUSES: tuple[str, ...] = get_args(CheckStatus)  # ok, skipped, error, timeout
+VERDICT_OUTCOMES: tuple[str, ...] = get_args(Outcome)
+# the controller's node outcomes (rackready.decide.records.NodeOutcome)
+NODE_OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
+HEALTH_STATES = ("healthy", "unhealthy", "timed_out")
+
+_HELP_INFO = ("what ran and where: profile, level, node, versions (labels that stay the "
+              "same from run to run)")
+_HELP_DURATION = "wall time of the run or health check"
+_HELP_TIMESTAMP = "when the run or health check finished, or the controller judged, unix time"
+
+
 def _measurements(expo: Exposition, checks: Iterable[dict[str, Any]]) -> None:
     for c in checks:
         for meas in c.get("measurements") or ():
+            labels_of = meas.get("labels") or {}
+            if CURVE_LABELS & set(labels_of):
+                continue  # a point of a curve: result.json and the reports hold it
             value, name = meas.get("value"), str(meas.get("name", ""))
             reg = metrics.METRICS.get(name)
             unit = reg.unit if reg else str(meas.get("unit") or "")
             prom, factor = metric_name(name, unit)
             what = (reg.description if reg else "not in validation.metrics") \
                 + f" (suite metric {name}" + (f", measured in {unit})" if unit else ")")
-            labels = {"check": c["check"], **(meas.get("labels") or {})}
+            labels = {"check": c["check"], **labels_of}
             if isinstance(value, (bool, int, float)):  # a bool is 0 or 1
                 expo.add(prom, what, labels, float(value) * factor)
             elif value is not None:
@@ -152,54 +202,91 @@ def _measurements(expo: Exposition, checks: Iterable[dict[str, Any]]) -> None:
                          {**labels, "value": value}, 1)
 
 
-def exposition(source: str, doc: dict[str, Any], duration_s: float, finished_unix: float,
-               ok: bool, outcome: str) -> str:
-    """The textfile of one run's or health check's result.json-shaped document."""
+def _enum(expo: Exposition, name: str, help_text: str, key: str, states: Iterable[str],
+          current: str, labels: dict[str, Any] | None = None) -> None:
+    """node_exporter's way with a state: one series per state, 1 for the current one."""
+    for state in dict.fromkeys([*states, current]):  # an unknown state is still shown
+        expo.add(name, help_text, {**(labels or {}), key: state}, 1 if state == current else 0)
+
+
+def _info(expo: Exposition, profile: str, level: str, node: str, simulated: bool | None,
+          versions: dict[str, Any] | None = None) -> None:
+    info = {"profile": profile, "level": level, "node": node,
+            "simulated": "" if simulated is None else str(bool(simulated)).lower(),
+            **(versions or {})}
+    expo.add("rackready_info", _HELP_INFO,
+             {k: v for k, v in info.items() if v not in ("", None)}, 1)  # empty: no label
+
+
+def _node_side(source: str, doc: dict[str, Any], duration_s: float,
+               finished_unix: float) -> Exposition:
+    """What the node itself exports: its run's facts and measurements, no verdict."""
     expo = Exposition(source)
     inv = doc.get("inventory") or {}
-    info = {"profile": doc.get("profile", ""), "level": doc.get("level", ""),
-            "node": doc.get("node", ""), "outcome": outcome,
-            "simulated": str(bool(doc.get("simulated"))).lower(),
-            "judged_by": "node",
-            "run_id": doc.get("run_id") or "",
-            "nvidia_driver": inv.get("gpu_driver_version") or "",
-            "cuda": inv.get("gpu_cuda_version") or "",
-            "python": (doc.get("tool_versions") or {}).get("python") or "",
-            "bundle_sha256": doc.get("bundle_sha256") or ""}
-    info = {k: v for k, v in info.items() if v != ""}  # an empty label is no label
-    expo.add("rackready_info", "what ran: profile, level, node, outcome, versions; judged by "
-             "the node itself (advisory: the controller's judgement of a full run is the "
-             "acceptance; the health check is a local gate)", info, 1)
-    expo.add("rackready_ok", "1 when the run passed or the health check found the node "
-             "healthy, else 0", {}, 1 if ok else 0)
-    expo.add("rackready_run_duration_seconds", "wall time of the run or health check", {},
-             duration_s)
-    expo.add("rackready_run_timestamp_seconds", "when the run or health check finished, "
-             "unix time", {}, finished_unix)
-    verdicts = doc.get("verdicts") or []
-    by_part: dict[tuple[str, str], bool] = {}
-    for v in verdicts:
-        if v.get("outcome") in ("pass", "fail", "below_expected"):
-            key = (v["check"], component(v.get("labels") or {}))
-            by_part[key] = by_part.get(key, True) and v["outcome"] != "fail"
+    _info(expo, str(doc.get("profile") or ""), str(doc.get("level") or ""),
+          str(doc.get("node") or ""), bool(doc.get("simulated")),
+          {"nvidia_driver": inv.get("gpu_driver_version") or "",
+           "cuda": inv.get("gpu_cuda_version") or "",
+           "python": (doc.get("tool_versions") or {}).get("python") or ""})
+    expo.add("rackready_run_duration_seconds", _HELP_DURATION, {}, duration_s)
+    expo.add("rackready_run_timestamp_seconds", _HELP_TIMESTAMP, {}, finished_unix)
+    return expo
+
+
+def _checks(expo: Exposition, doc: dict[str, Any]) -> None:
     for c in doc.get("checks") or ():
-        expo.add("rackready_check_status", "1 for how the check ended: ok, skipped, error "
-                 "or timeout", {"check": c["check"], "status": c["status"]}, 1)
+        _enum(expo, "rackready_check_status", "how the check ended: 1 for its status (ok, "
+              "skipped, error, timeout), 0 for the others", "status", STATUSES,
+              str(c["status"]), {"check": c["check"]})
         expo.add("rackready_check_duration_seconds", "wall time of the check",
                  {"check": c["check"]}, float(c.get("duration_s") or 0.0))
-        if c["status"] == "ok" and not any(k[0] == c["check"] for k in by_part):
-            by_part[(c["check"], "node")] = True  # ran, and nothing of it is judged
+    _measurements(expo, doc.get("checks") or ())
+
+
+def run_exposition(doc: dict[str, Any], duration_s: float, finished_unix: float) -> str:
+    """The textfile of a run's result.json: how each check ended and what it measured."""
+    expo = _node_side("run", doc, duration_s, finished_unix)
+    _checks(expo, doc)
+    return expo.text()
+
+
+def health_exposition(doc: dict[str, Any], duration_s: float, finished_unix: float,
+                      state: str) -> str:
+    """The textfile of a health check (validation.health.document) in its state."""
+    expo = _node_side("health", doc, duration_s, finished_unix)
+    _enum(expo, "rackready_health_state", "the node's own health gate (slurmd's "
+          "HealthCheckProgram; a local gate, not an acceptance): 1 for its state (healthy, "
+          "unhealthy: a verdict failed, timed_out: a check ran out of time and nothing "
+          "failed), 0 for the others", "state", HEALTH_STATES, state)
+    _checks(expo, doc)
+    return expo.text()
+
+
+def controller_exposition(*, node: str, profile: str, level: str, simulated: bool | None,
+                          outcome: str, verdicts: Iterable[dict[str, Any]],
+                          judged_unix: float) -> str:
+    """The textfile of the controller's judgement of one node: its outcome and verdicts as
+    the reports carry them (each verdict with its `component` in words)."""
+    expo = Exposition("controller")
+    _info(expo, profile, level, node, simulated)
+    expo.add("rackready_ok", "1 when the controller decided PASS, else 0 (only the "
+             "controller's judgement is exported here)", {}, 1 if outcome == "PASS" else 0)
+    expo.add("rackready_run_timestamp_seconds", _HELP_TIMESTAMP, {}, judged_unix)
+    _enum(expo, "rackready_outcome", "the controller's outcome for the node: 1 for it, 0 "
+          "for the others", "outcome", NODE_OUTCOMES, outcome)
+    by_part: dict[tuple[str, str], bool] = {}
+    counts = dict.fromkeys(VERDICT_OUTCOMES, 0)
+    for v in verdicts:
+        counts[str(v.get("outcome"))] = counts.get(str(v.get("outcome")), 0) + 1
+        if v.get("outcome") in ("pass", "fail", "below_expected"):
+            key = (str(v["check"]), str(v.get("component") or "node"))
+            by_part[key] = by_part.get(key, True) and v["outcome"] != "fail"
     for (check, part), good in by_part.items():
         expo.add("rackready_check_ok", "0 when a verdict of the check on the component "
                  "failed, else 1", {"check": check, "component": part}, 1 if good else 0)
-    counts: dict[str, int] = {o: 0 for o in ("pass", "fail", "below_expected",
-                                             "not_applicable")}
-    for v in verdicts:
-        counts[str(v.get("outcome"))] = counts.get(str(v.get("outcome")), 0) + 1
     for outcome_name, n in counts.items():
-        expo.add("rackready_verdicts", "verdicts of the judge by outcome",
+        expo.add("rackready_verdicts", "the controller's verdicts by outcome",
                  {"outcome": outcome_name}, n)
-    _measurements(expo, doc.get("checks") or ())
     return expo.text()
 
 
@@ -224,13 +311,18 @@ def write(directory: Path, source: str, text: str) -> Path:
 ENV_DIR = "RACKREADY_TEXTFILE_DIR"
 
 
-def run_dir(site: dict[str, Any] | None, given: str | Path | None = None) -> Path | None:
-    """Where a run writes its textfile: --textfile-dir, else the site's
-    `metrics: {textfile_dir: ...}` (rackready_validation_site), else $RACKREADY_TEXTFILE_DIR;
-    None: nowhere."""
+def site_dir(site: dict[str, Any] | None) -> str | None:
+    """The site's `metrics: {textfile_dir: ...}` (an inventory's rackready_validation_site):
+    the one setting the runner, the health gate and the controller all read."""
     conf = (site or {}).get("metrics") or {}
-    chosen = given or (conf.get("textfile_dir") if isinstance(conf, dict) else None) \
-        or os.environ.get(ENV_DIR)
+    found = conf.get("textfile_dir") if isinstance(conf, dict) else None
+    return str(found) if found else None
+
+
+def run_dir(site: dict[str, Any] | None, given: str | Path | None = None) -> Path | None:
+    """Where a run or the health gate writes its textfile: --textfile-dir, else the site's
+    setting (site_dir), else $RACKREADY_TEXTFILE_DIR; None: nowhere."""
+    chosen = given or site_dir(site) or os.environ.get(ENV_DIR)
     return Path(chosen) if chosen else None
 
 
@@ -250,8 +342,7 @@ def write_run(doc: dict[str, Any], directory: Path | None) -> Path | None:
         return None
     started, finished = _unix(doc.get("started")), _unix(doc.get("finished"))
     duration = finished - started if started is not None and finished is not None else 0.0
-    outcome = str(doc.get("outcome", "INCOMPLETE"))
-    text = exposition("run", doc, duration, finished or 0.0, outcome == "PASS", outcome)
+    text = run_exposition(doc, duration, finished or 0.0)
     try:
         return write(directory, "run", text)
     except OSError as exc:

@@ -1,7 +1,9 @@
 """`python -m validation health` against a simulated 8-GPU node (tests/unit/hwsim_node.py):
 the hardware-only checks, the 10 s budget, one line and the exit code, and the Slurm drain
 through a fake `scontrol` on PATH (it records its arguments and prints a `scontrol show
-node` record from tests/fixtures/slurm, hand-written in Slurm 22.05's format)."""
+node` record from tests/fixtures/slurm, hand-written in Slurm 22.05's format). The gate run
+as a process is the integration tier; what a time-out is called, in process, the unit
+tier."""
 
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from hwsim_node import REPO, Node, make_node
 from rackready.lab.hwsim.faults import apply_fault
 from rackready.lab.hwsim.state import build_state
 from validation import budgets, health
+from validation import judge as judge_mod
 from validation.drain import NodeState, parse_show_node, reason, sanitize
+from validation.model import CheckResult, Measurement
+from validation.profile import load_profile
 
-pytestmark = pytest.mark.integration  # the health gate as a real process on hwsim
+integration = pytest.mark.integration  # the health gate as a real process on hwsim
 
 SLURM = REPO / "tests" / "fixtures" / "slurm"
 PROFILE = "xe9680-h200-lab"
@@ -111,6 +116,7 @@ def test_the_health_set_is_the_hardware_reads_and_each_has_a_share() -> None:
         assert sum(shares.values()) <= budget_s - reserve_s
 
 
+@integration
 def test_a_healthy_8_gpu_node_passes_well_within_its_budget(tmp_path: Path) -> None:
     node = node_for(tmp_path)
     prom = tmp_path / "textfile"
@@ -137,10 +143,12 @@ def test_a_healthy_8_gpu_node_passes_well_within_its_budget(tmp_path: Path) -> N
     assert reported_s(line) < 0.8 * BUDGET_S, line
     assert wall < BUDGET_S, wall
     text = (prom / "rackready-health.prom").read_text()
-    assert 'rackready_ok{source="health"} 1' in text
+    assert 'rackready_health_state{source="health",state="healthy"} 1' in text
+    assert 'rackready_ok{' not in text  # the gate's judgement is the node's own
     assert list(prom.iterdir()) == [prom / "rackready-health.prom"]  # no temporary left
 
 
+@integration
 @pytest.mark.parametrize("fault,checks,names", [
     ("ecc-uncorrectable", ("gpu.health",), ["serial "]),
     # the first failure in the registry's order: the pair lost a link before any link is down
@@ -161,16 +169,27 @@ def test_a_fault_makes_it_unhealthy_naming_the_part(tmp_path: Path, fault: str,
     assert wall < BUDGET_S
 
 
+@integration
 def test_a_check_past_its_share_is_stopped_and_the_node_is_unhealthy(tmp_path: Path) -> None:
     node = node_for(tmp_path)
     # nvidia-smi hangs (a GPU fallen off the bus does this to it)
     (node.bin / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 67\n")
-    proc, wall = health_cmd(node, tmp_path)
+    env = with_scontrol(node, tmp_path, "show-node-idle.txt")
+    prom = tmp_path / "prom"
+    proc, wall = health_cmd(node, tmp_path, "--drain", "--textfile-dir", str(prom), env=env)
     assert proc.returncode == 1
     line = proc.stdout.strip()
-    assert line.startswith("UNHEALTHY: gpu.inventory node: required check gpu.inventory ran "
-                           "past its time limit: timed out: stopped after"), line
+    # every GPU check that reads nvidia-smi timed out, and nothing was measured to fail
+    assert re.match(r"UNHEALTHY: health check timed out: gpu.inventory and \d+ more "
+                    r"\(timed out: stopped after", line), line
     assert "health budget" in line and len(proc.stdout.splitlines()) == 1
+    assert line.endswith("; drained gpu01")
+    # drained with the gate's own reason, never as the hardware's fault
+    why = calls(tmp_path)[1][3]
+    assert re.fullmatch(r"reason=rackready: health check timed out: gpu.inventory and \d+ "
+                        r"more", why), why
+    text = (prom / "rackready-health.prom").read_text()
+    assert 'rackready_health_state{source="health",state="timed_out"} 1' in text
     # every later GPU check hangs the same way and is stopped at its own share
     assert wall < BUDGET_S + 1.0, wall
     left = subprocess.run(["pgrep", "-fx", "sleep 67"], capture_output=True, text=True,
@@ -178,6 +197,7 @@ def test_a_check_past_its_share_is_stopped_and_the_node_is_unhealthy(tmp_path: P
     assert left == [], left
 
 
+@integration
 def test_the_drain_names_the_first_failure(tmp_path: Path) -> None:
     node = node_for(tmp_path, "ecc-uncorrectable")
     env = with_scontrol(node, tmp_path, "show-node-idle.txt")
@@ -192,6 +212,7 @@ def test_the_drain_names_the_first_failure(tmp_path: Path) -> None:
     assert len(why) - len("reason=") <= 128 and "\n" not in why and '"' not in why
 
 
+@integration
 def test_a_healthy_node_drained_by_rackready_is_resumed(tmp_path: Path) -> None:
     node = node_for(tmp_path)
     env = with_scontrol(node, tmp_path, "show-node-drained-rackready.txt")
@@ -201,6 +222,7 @@ def test_a_healthy_node_drained_by_rackready_is_resumed(tmp_path: Path) -> None:
     assert calls(tmp_path)[1] == ["update", "nodename=gpu01", "state=resume"]
 
 
+@integration
 def test_a_node_drained_by_someone_else_is_left_alone(tmp_path: Path) -> None:
     node = node_for(tmp_path)
     env = with_scontrol(node, tmp_path, "show-node-drained-admin.txt")
@@ -215,6 +237,7 @@ def test_a_node_drained_by_someone_else_is_left_alone(tmp_path: Path) -> None:
     assert [c[0] for c in calls(tmp_path / "bad")] == ["show"]
 
 
+@integration
 def test_a_healthy_idle_node_is_not_touched(tmp_path: Path) -> None:
     node = node_for(tmp_path)
     env = with_scontrol(node, tmp_path, "show-node-idle.txt")
@@ -223,6 +246,7 @@ def test_a_healthy_idle_node_is_not_touched(tmp_path: Path) -> None:
     assert calls(tmp_path) == [["show", "node", "gpu01"]]
 
 
+@integration
 def test_a_failing_drain_is_said_in_the_line(tmp_path: Path) -> None:
     node = node_for(tmp_path, "ecc-uncorrectable")
     env = {**with_scontrol(node, tmp_path, "show-node-idle.txt"), "FAKE_SCONTROL_FAIL": "1"}
@@ -232,6 +256,7 @@ def test_a_failing_drain_is_said_in_the_line(tmp_path: Path) -> None:
            "error: Unable to contact slurm controller" in proc.stdout, proc.stdout
 
 
+@integration
 def test_drain_without_scontrol_is_unhealthy_in_one_line(tmp_path: Path) -> None:
     node = node_for(tmp_path)
     # the simulated tools, and no scontrol
@@ -243,6 +268,7 @@ def test_drain_without_scontrol_is_unhealthy_in_one_line(tmp_path: Path) -> None
                            "--drain cannot drain or resume gpu01\n")
 
 
+@integration
 @pytest.mark.parametrize("args,words", [
     (["--profile", "no-such-profile"], "no-such-profile"),
     (["--profile", PROFILE, "--gpus", "9"], "--gpus 9"),
@@ -282,3 +308,39 @@ def test_shares_come_from_budgets_yml() -> None:
     assert raw["health"]["budget_s"] == BUDGET_S
     # the health section is no level: the levels' own checks stay as they were
     assert set(raw["levels"]) == {"quick", "standard", "burnin"}
+
+
+PROFILE_8 = load_profile(PROFILE)
+
+
+def _gate(results: list[CheckResult]) -> health.Health:
+    verdicts = judge_mod.judge(results, PROFILE_8)
+    return health.Health(results, verdicts, judge_mod.node_outcome(verdicts) == "PASS",
+                         3.0, BUDGET_S, 0.0)
+
+
+def _late(check: str) -> CheckResult:
+    return CheckResult(check, "timeout", 1.6, (), "timed out: stopped after 1.6 s, past its "
+                       "share of the 10 s health budget", ("gpu",))
+
+
+def test_a_check_that_overran_drains_as_timed_out_never_as_hardware() -> None:
+    """A slow but healthy node is not a broken one: a check stopped at its share is said
+    as the gate's time-out, in the line and in the drain reason."""
+    h = _gate([_late("gpu.inventory"), _late("nvlink.links")])
+    assert not h.healthy and h.state == "timed_out" and h.first_failure() is None
+    assert health.drain_words(h) == "health check timed out: gpu.inventory and 1 more"
+    assert reason(health.drain_words(h)) == ("rackready: health check timed out: "
+                                             "gpu.inventory and 1 more")
+    assert health.one_line(h, PROFILE_8).startswith(
+        "UNHEALTHY: health check timed out: gpu.inventory and 1 more (timed out: stopped")
+
+
+def test_a_measured_fault_is_named_before_a_time_out() -> None:
+    ecc = Measurement("gpu.ecc_uncorrected_volatile", 2, "",
+                      {"gpu": "3", "serial": "1653017366059", "bus_id": "0000:5d:00.0"})
+    h = _gate([_late("gpu.xid"), CheckResult("gpu.health", "ok", 0.1, (ecc,), "", ("gpu",))])
+    assert h.state == "unhealthy"
+    words = health.drain_words(h)
+    assert words.startswith("gpu.health GPU 3 (serial 1653017366059") and "= 2" in words
+    assert "timed out" not in words
