@@ -245,3 +245,26 @@ def test_bmc_fault_fails_the_node_through_invoke_validate(provisioned_lab, tmp_p
     text = [f"{v['metric']} {v['message']} {v.get('remediation', '')}" for v in bad]
     assert any(all(w in t for w in words) for t in text), text
     assert _bmc_failures(fine) == []  # that node fails alone
+
+
+def test_a_bmc_listing_another_gpu_serial_fails_the_node_naming_both(provisioned_lab,
+                                                                    tmp_path):
+    """The BMC's GPU serials against the node's (rackready.decide.integrity): two narrowed
+    validate runs, about 3 s each on the lab."""
+    node = "lab-gpu01"
+    serials = [g["serial"] for g in read_node_state(provisioned_lab.spec(node).root)["gpus"]]
+    hit = lab.fault(node, "bmc-gpu-serial-mismatch", "3")
+    try:
+        swapped = _validate_bmc(tmp_path, node, "swapped")
+    finally:
+        lab.heal(node)
+    listed = re.search(r"the BMC lists serial (\S+),", hit)
+    assert listed and listed[1] not in serials, hit
+    assert swapped["outcome"] == "FAIL"
+    reason = swapped["outcome_reason"]
+    assert "differ between the node and its BMC" in reason
+    assert f"{listed[1]} (at GPU 3)" in reason and f"{serials[2]} (GPU 2)" in reason, reason
+    healed = _validate_bmc(tmp_path, node, "healed")
+    assert [g["serial"] for g in healed["bmc"]["identity"]["gpus"]] == serials
+    assert not [p for p in healed["problems"] if "BMC" in p], healed["problems"]
+    assert not healed["integrity"], healed["integrity"]
