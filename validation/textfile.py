@@ -61,7 +61,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -263,7 +263,7 @@ def health_exposition(doc: dict[str, Any], duration_s: float, finished_unix: flo
 
 
 def controller_exposition(*, node: str, profile: str, level: str, simulated: bool | None,
-                          outcome: str, verdicts: Iterable[dict[str, Any]],
+                          outcome: str, verdicts: Iterable[Mapping[str, object]],
                           judged_unix: float) -> str:
     """The textfile of the controller's judgement of one node: its outcome and verdicts as
     the reports carry them (each verdict with its `component` in words)."""

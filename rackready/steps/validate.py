@@ -32,7 +32,7 @@ from rackready.report.cli import write_reports
 from rackready.run.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
 from rackready.site import inventory, paths
-from rackready.steps import envelope, oob
+from rackready.steps import envelope, oob, verdict_metrics
 from rackready.steps import rack as rack_step
 from rackready.steps.progress import Board, check_verdict
 from rackready.steps.slurm_run import SlurmRun
@@ -150,6 +150,8 @@ def _validate(run: RunDir, targets: list[inventory.Node], level: str, formats: s
     board.close()
     if slurm is not None:
         _settle_slurm(run, slurm, judgements)
+    # the decided outcome into each node's node_exporter textfile, where its site asks
+    verdict_metrics.publish(plan, targets, judgements)
     plan.finished = now_iso()
     run.save_plan()
     _print_summary(runs, judgements)
