@@ -271,6 +271,19 @@ def test_wrapper_arguments_and_node_name(tmp_path):
         "--textfile-dir", "/var/lib/prometheus/node-exporter", "--without", "rdma"]
 
 
+def test_the_gates_textfile_dir_is_the_sites_own_setting(tmp_path):
+    """One setting for the gate, the runs and the controller's verdict: the site's
+    metrics.textfile_dir (rackready_validation_site, in the gate's --site settings)."""
+    default = load("defaults/main.yml")["slurm_node_health_textfile_dir"]
+    site = {"fabric": "ib", "metrics": {"textfile_dir": "/var/lib/prometheus/node-exporter"}}
+    assert expr(default, slurm_node_health_site=site) == "/var/lib/prometheus/node-exporter"
+    assert expr(default, slurm_node_health_site={"fabric": "ib"}) == ""
+    script = wrapper(tmp_path, "healthy", 0, slurm_node_health_site=site,
+                     slurm_node_health_textfile_dir=expr(default, slurm_node_health_site=site))
+    assert run(script).returncode == 0
+    assert "--textfile-dir /var/lib/prometheus/node-exporter" in (tmp_path / "args").read_text()
+
+
 # --- the playbook -------------------------------------------------------------------
 
 def test_playbook_runs_the_role_only_where_enabled_and_is_not_in_site():
