@@ -174,7 +174,8 @@ def parser() -> argparse.ArgumentParser:
     health.add_argument("--sysroot", default="/", help="prefix for /proc and /sys reads")
     health.add_argument("--site", help="YAML of per-node settings, as for run")
     health.add_argument("--textfile-dir", help="write rackready-health.prom there "
-                                               "(node_exporter textfile collector)")
+                                               "(node_exporter textfile collector; else the "
+                                               "site's metrics: {textfile_dir})")
     health.add_argument("--drain", action="store_true",
                         help="drain this node in Slurm when unhealthy (scontrol), resume it "
                              "when healthy and drained by rackready")
