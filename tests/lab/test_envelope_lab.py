@@ -7,6 +7,7 @@ under load fail the node naming the part.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -63,3 +64,38 @@ def test_a_part_that_fails_only_under_load_fails_the_node_naming_it(provisioned_
     assert j["outcome"] == "FAIL"
     bad = [v for v in _envelope_verdicts(j, "fail") if v["metric"] == metric]
     assert bad and all(w in bad[0]["message"] for w in words), _envelope_verdicts(j, "fail")
+
+
+def test_a_bmc_answering_nan_fails_its_node_and_every_node_is_reported(provisioned_lab,
+                                                                      tmp_path):
+    """One run of the whole lab (10 s: gpu.inventory alone) with lab-gpu01's BMC answering
+    NaN for its draw: that node fails naming the reading; every node has its report (the
+    run ended before, on 'Out of range float', with none)."""
+    from rackready.lab.redfish import bmc
+
+    node = "lab-gpu01"
+    spec = provisioned_lab.spec(node)
+    bmc.stop(spec)  # a BMC started before bmc-nan-reading existed renders without it
+    time.sleep(1)
+    bmc.start(spec)  # its state (BIOS, logs) is kept
+    lab.fault(node, "bmc-nan-reading")
+    out = tmp_path / "nan"
+    try:
+        done = _invoke("validate", "--inventory", "lab", "--level", "quick", "--only",
+                       "gpu.inventory", "--out", str(out), "--report-formats", "json")
+    finally:
+        lab.heal(node)
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    names = [n["name"] for n in json.loads((out / "run.json").read_text())["nodes"]]
+    assert node in names and len(names) >= 2
+    assert {p.name for p in (out / "report").glob("node-*.json")} == {
+        f"node-{n}.json" for n in names}
+    for name in names:
+        j = json.loads((out / name / "judgement.json").read_text())
+        refused = [v for v in j["verdicts"] if v["metric"] == "bmc.envelope.refused_readings"]
+        if name == node:
+            assert j["outcome"] == "FAIL" and refused[0]["outcome"] == "fail"
+            assert "PowerConsumedWatts" in refused[0]["message"] and "NaN" in \
+                refused[0]["message"]
+        else:
+            assert refused and refused[0]["outcome"] == "pass", (name, refused)

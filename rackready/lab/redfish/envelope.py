@@ -26,6 +26,9 @@ from .tree import vendor_data
 TRIP_U = 0.5
 FAN_UNDER_LOAD = "fan-fails-under-load"
 PSU_UNDER_LOAD = "psu-fails-under-load"
+# the BMC answers NaN for the chassis draw (a broken sensor or firmware bug): a reading
+# JSON cannot hold, which the controller must refuse by name, never end its run on
+NAN_READING = "bmc-nan-reading"
 UNDER_LOAD = (FAN_UNDER_LOAD, PSU_UNDER_LOAD)
 _HEALTH_ORDER = {"OK": 0, "Warning": 1, "Critical": 2}
 
@@ -117,8 +120,9 @@ def power(state: dict[str, Any], res: dict[str, Any], u: float) -> dict[str, Any
         for red in out["Redundancy"]:
             if _HEALTH_ORDER[red["Status"]["Health"]] < _HEALTH_ORDER[lost]:
                 red["Status"] = {"Health": lost, "State": "Enabled"}
+    nan = any(f["kind"] == NAN_READING for f in state.get("faults", []))
     for ctl in out["PowerControl"]:
-        ctl["PowerConsumedWatts"] = consumed
+        ctl["PowerConsumedWatts"] = float("nan") if nan else consumed
     return out
 
 

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from .envelope import FAN_UNDER_LOAD, PSU_UNDER_LOAD, TRIP_U
+from .envelope import FAN_UNDER_LOAD, NAN_READING, PSU_UNDER_LOAD, TRIP_U
 from .resources import add_log, dependents
 from .tree import paths_of, vendor_data
 
@@ -184,6 +184,12 @@ def _bmc_gpu_serial_mismatch(state: dict[str, Any], target: str | None) -> dict[
             "description": f"{slot}: the BMC lists serial {now}, the node's GPU is {was}"}
 
 
+def _bmc_nan_reading(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # rendered by envelope.power while the fault is listed: the draw reads NaN
+    return {"component": {"type": "bmc-reading", "name": "PowerConsumedWatts"},
+            "description": "the BMC answers NaN for the chassis draw (PowerConsumedWatts)"}
+
+
 def _bmc_unreachable(state: dict[str, Any], target: str | None) -> dict[str, Any]:
     state["unreachable"] = True
     address = state.get("address")
@@ -201,6 +207,7 @@ FAULTS: dict[str, FaultFn] = {
     "bios-drift": _bios_drift,
     "bmc-gpu-serial-mismatch": _bmc_gpu_serial_mismatch,
     "bmc-unreachable": _bmc_unreachable,
+    NAN_READING: _bmc_nan_reading,
 }
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 

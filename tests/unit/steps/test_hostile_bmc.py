@@ -282,3 +282,26 @@ def test_an_inlet_of_900_c_is_refused_and_the_inlet_cannot_pass(dell, certs):
     assert bad["bmc.inlet.peak_c"].value is None
     assert bad["bmc.envelope.refused_readings"].labels["sensor"] == (
         "intake air (System Board Inlet Temp): 900 C is outside -40..150 C")
+
+
+# --- the lab's own BMC (rackready/lab/redfish) with its fault bmc-nan-reading -----------
+
+@pytest.mark.parametrize("vendor", ["dell", "hpe"])
+def test_the_lab_bmc_answering_nan_is_refused_by_name(tmp_path, vendor):
+    from tests.unit.lab.test_bmc_integration import LabBmc
+
+    lab_bmc = LabBmc(tmp_path / vendor, vendor)
+    try:
+        lab_bmc.fault("bmc-nan-reading")
+        target = lab_bmc.node_entry()
+        rec = envelope.Sampler(target, period_s=0.05).start()
+        time.sleep(0.3)
+        sampled = rec.stop()
+        after = oob.collect(target, baseline_dir=lab_bmc.baseline, timeout=5,
+                            envelope=sampled)
+    finally:
+        lab_bmc.stop()
+    json.dumps(after, allow_nan=False)  # bmc.json is written
+    bad = {v.metric: v for v in _verdicts(sampled)["fail"]}
+    assert bad["bmc.envelope.refused_readings"].labels["sensor"] == (
+        "chassis draw (PowerConsumedWatts): NaN is not a number")
