@@ -6,8 +6,10 @@ the compute NICs (ibstat, the site's rdma_devices), each NUMA node's CPUs (sysfs
 numactl -H or lscpu) and the threads per core.
 
 The rules, in the order they apply:
-- local rank r drives GPU r (nvidia-smi's order, which is PCI bus order; workloads set
-  CUDA_DEVICE_ORDER=PCI_BUS_ID so CUDA numbers them the same way);
+- local rank r drives GPU r (nvidia-smi's order, which is PCI bus order); every rank
+  sees every GPU, listed in rank order with CUDA_DEVICE_ORDER=PCI_BUS_ID (env_for), so
+  CUDA device r, a trainer's `cuda:LOCAL_RANK`, is rank r's GPU: bind.sh and the suite's
+  workloads run with the same environment;
 - its NIC is the compute NIC closest to that GPU: one behind the same PCIe switch (PIX,
   then PXB), else one on the same NUMA node (PHB, NODE), else none, with the reason.
   Among equally close NICs the one fewer ranks already use wins (a DL380a-like node with
@@ -240,16 +242,23 @@ def build(topo: Topology, numa_cpus: dict[int, list[int]], *,
     return LaunchMap(tuple(ranks), dict(sources or {}))
 
 
-def env_for(b: RankBinding) -> dict[str, str]:
-    """The environment one rank runs with: its GPU in PCI bus order, its NIC only."""
-    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(b.gpu)}
+def visible_devices(m: LaunchMap) -> str:
+    """CUDA_VISIBLE_DEVICES for every rank of the node: all the map's GPUs, in rank order.
+    CUDA device r is then local rank r's GPU, so a trainer that drives `cuda:LOCAL_RANK`
+    (torchtitan's, the suite's workloads) drives the mapped one; one GPU per rank would
+    leave `cuda:1` and above missing on every rank but the first."""
+    return ",".join(str(r.gpu) for r in m.ranks)
+
+
+def env_for(m: LaunchMap, rank: int) -> dict[str, str]:
+    """The environment local rank `rank` runs with, in bind.sh and in the suite's workloads
+    alike (validation.workloads.binding): every GPU in map order, PCI bus numbering, and
+    its NIC only."""
+    b = m.ranks[rank]
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": visible_devices(m)}
     if b.nic:
         env["NCCL_IB_HCA"] = f"={b.nic}:1"  # exact name, port 1 (not a prefix match)
     return env
-
-
-def _mask(cpus: tuple[int, ...]) -> str:
-    return hex(sum(1 << c for c in cpus))
 
 
 def _exports(nccl_env: dict[str, str] | None) -> str:
@@ -262,41 +271,55 @@ def _exports(nccl_env: dict[str, str] | None) -> str:
     return " ".join(f"{k}={v}" for k, v in env.items())
 
 
+# bind.sh's CPU step: the rank's share through taskset, only where every CPU of it is this
+# process's to use (a job given fewer CPUs, a cgroup) -- else it runs on the CPUs it has
+# and says so on stderr, as the workloads do: a partial share is worse than none. Memory
+# follows the CPUs (Linux allocates on the running CPU's NUMA node by default).
+_BIND_CPUS = r"""cpus() { local p; for p in ${1//,/ }; do seq "${p%-*}" "${p#*-}"; done; }
+share=${CPUS[$r]}
+[ "$share" = - ] && exec "$@"
+mine=" $(cpus "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)" | tr '\n' ' ')"
+for c in $(cpus "$share"); do
+  if [[ $mine != *" $c "* ]]; then
+    echo "bind.sh: local rank $r runs without its CPU share $share (CPU $c is not ours)" >&2
+    exec "$@"
+  fi
+done"""
+
+
 def torchrun_wrapper(m: LaunchMap, nccl_env: dict[str, str] | None = None) -> str:
-    """A wrapper for `torchrun --nproc-per-node N ... -- bind.sh python train.py`: each
-    local rank gets its GPU, its NIC and its CPUs before the training process starts; on
-    RoCE, nccl_env (NCCL_IB_TC, NCCL_IB_GID_INDEX from the site's role values) too."""
+    """bind.sh, for `torchrun --nproc-per-node N --no-python ./bind.sh python train.py`
+    (and slurm_line's srun): each local rank gets the environment env_for gives it (every
+    GPU visible in map order, so `cuda:LOCAL_RANK` is its GPU; its NIC) and its CPUs
+    before the training process starts; on RoCE, nccl_env (NCCL_IB_TC, NCCL_IB_GID_INDEX
+    from the site's role values) too."""
     exports = _exports(nccl_env)
-    gpus = " ".join(str(r.gpu) for r in m.ranks)
+    n = len(m.ranks)
     nics = " ".join(r.nic or "-" for r in m.ranks)
     cpus = " ".join(cpulist(r.cpus) or "-" for r in m.ranks)
     return "\n".join([
         "#!/bin/bash",
-        "# bind.sh: torchrun --nproc-per-node "
-        f"{len(m.ranks)} --no-python ./bind.sh python train.py ...",
-        f"GPUS=({gpus})",
+        f"# bind.sh: torchrun --nproc-per-node {n} --no-python ./bind.sh python train.py ...",
+        "# Every GPU stays visible, in the map's rank order: cuda:LOCAL_RANK is this rank's GPU.",
         f"NICS=({nics})",
         f"CPUS=({cpus})",
         "r=${LOCAL_RANK:?torchrun sets LOCAL_RANK}",
-        "export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=${GPUS[$r]}",
+        f'[[ $r =~ ^[0-9]+$ ]] && [ "$r" -lt {n} ] || '
+        f'{{ echo "bind.sh: LOCAL_RANK $r: the map has local ranks 0-{n - 1}" >&2; exit 2; }}',
+        f"export CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES={visible_devices(m)}",
         *([f"export {exports}  # RoCE: traffic class of the lossless priority, GID index"]
           if exports else []),
         '[ "${NICS[$r]}" != - ] && export NCCL_IB_HCA="=${NICS[$r]}:1"',
-        '[ "${CPUS[$r]}" = - ] && exec "$@"',
-        'exec numactl --physcpubind="${CPUS[$r]}" --localalloc "$@"',
+        _BIND_CPUS,
+        'exec taskset -c "$share" "$@"',
     ]) + "\n"
 
 
-def slurm_line(m: LaunchMap, nccl_env: dict[str, str] | None = None) -> str:
-    """The same binding through Slurm: one task per GPU, GPU and CPU mask by task (and the
-    RoCE NCCL settings, as in torchrun_wrapper)."""
-    exports = _exports(nccl_env)
-    gpus = ",".join(str(r.gpu) for r in m.ranks)
-    masks = ",".join(_mask(r.cpus) for r in m.ranks if r.cpus)
-    cpu = f"--cpu-bind=mask_cpu:{masks}" if len(masks.split(",")) == len(m.ranks) \
-        else "--cpu-bind=none"
-    nics = " ".join(r.nic or "-" for r in m.ranks)
-    return (f"srun --ntasks-per-node={len(m.ranks)} --gpu-bind=map_gpu:{gpus} {cpu} "
-            f"bash -c '{f'export {exports}; ' if exports else ''}NICS=({nics}); "
-            "n=${NICS[$SLURM_LOCALID]}; "
-            '[ "$n" != - ] && export NCCL_IB_HCA="=$n:1"; exec python train.py\'')
+def slurm_line(m: LaunchMap) -> str:
+    """The same binding through Slurm: one task per GPU on a node of its own, the node's
+    GPUs requested and left unbound by Slurm (each task sees them all, as under torchrun),
+    and each task run through bind.sh as local rank SLURM_LOCALID."""
+    n = len(m.ranks)
+    return (f"srun --exclusive --ntasks-per-node={n} --gpus-per-node={n} --gpu-bind=none "
+            "--cpu-bind=none bash -c 'export LOCAL_RANK=$SLURM_LOCALID RANK=$SLURM_PROCID "
+            "WORLD_SIZE=$SLURM_NTASKS; exec ./bind.sh python train.py'")

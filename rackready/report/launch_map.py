@@ -56,6 +56,6 @@ def from_result(result: dict[str, Any], site: dict[str, Any] | None = None
                    "numa": "" if b.numa is None else str(b.numa), "cpus": cpulist(b.cpus),
                    "reason": b.reason} for b in lmap.ranks],
         "torchrun": torchrun_wrapper(lmap, nccl_env),
-        "slurm": slurm_line(lmap, nccl_env),
+        "slurm": slurm_line(lmap),  # runs bind.sh: the NCCL settings are there
         "nccl_env": nccl_env,
     }

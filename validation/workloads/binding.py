@@ -2,8 +2,10 @@
 
 The check pcie.launch_map writes the node's map; the workload checks hand its path to
 every worker in $RACKREADY_LAUNCH_MAP (validation.workloads.launch). common.init calls
-apply() before CUDA starts, so each rank runs as a real job should:
-- CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA's device numbers are nvidia-smi's (the map's);
+apply() before CUDA starts, so each rank runs as a real job should, with the environment
+the report's bind.sh gives a customer's ranks (launch_map.env_for, one function for both):
+- every GPU visible in the map's rank order, numbered in PCI bus order
+  (CUDA_DEVICE_ORDER=PCI_BUS_ID), so CUDA device LOCAL_RANK is this rank's mapped GPU;
 - NCCL_IB_HCA=<its NIC>:1, so NCCL's traffic off the node leaves through the NIC beside
   its GPU (a rank on NIC r's far side would cross the socket interconnect);
 - its CPU share (os.sched_setaffinity), so its host threads and pinned buffers sit on
@@ -20,22 +22,19 @@ import sys
 from typing import Any
 
 from validation import launch_read
-from validation.launch_map import LaunchMap, RankBinding, cpulist
+from validation.launch_map import LaunchMap, RankBinding, cpulist, env_for
 
 
-def apply(local_rank: int, lmap: LaunchMap | None = None, *, binding: RankBinding | None = None
-          ) -> dict[str, Any] | None:
-    """Bind this process as local rank `local_rank` (or as the given binding); returns
-    what was applied, None where there is no map (the workload runs unbound)."""
+def apply(local_rank: int, lmap: LaunchMap | None = None) -> dict[str, Any] | None:
+    """Bind this process as local rank `local_rank` of the map (the given one, else the
+    check's in $RACKREADY_LAUNCH_MAP); returns what was applied, None where there is no
+    map or no such rank (the workload runs unbound). CUDA device `local_rank` is then the
+    rank's GPU."""
     lmap = lmap if lmap is not None else launch_read.load()
-    b = binding
-    if b is None and lmap is not None and local_rank < len(lmap.ranks):
-        b = lmap.ranks[local_rank]
-    if b is None:
+    if lmap is None or local_rank >= len(lmap.ranks):
         return None
-    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if b.nic:
-        os.environ["NCCL_IB_HCA"] = f"={b.nic}:1"
+    b: RankBinding = lmap.ranks[local_rank]
+    os.environ.update(env_for(lmap, local_rank))
     cpus_applied = False
     note = ""
     if b.cpus and hasattr(os, "sched_setaffinity"):

@@ -145,8 +145,8 @@ def rail_binding(nic: str, sysroot: Path, table: list[dict[str, Any]]) -> RankBi
               file=sys.stderr)
         return None
     b = lmap.for_nic(nic)
-    if b is not None:
-        binding.apply(b.rank, binding=b)
+    if b is not None:  # CUDA device b.rank is then b's GPU (every GPU visible, map order)
+        binding.apply(b.rank, lmap)
     return b
 
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if a.simulated_rails and per_node != 1:
         raise UsageError("--simulated-rails runs one process per node (--nproc-per-node 1)")
-    d = init(a.device, gpu=bound.gpu if bound else local)
+    d = init(a.device, gpu=bound.rank if bound else local)
     if d.world % per_node:
         raise UsageError(f"world {d.world} is not a multiple of {per_node} processes per node")
     info: list[Any] = [None] * d.world

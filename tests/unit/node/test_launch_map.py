@@ -5,6 +5,10 @@ the wiring contradiction a profile fails, and the launch snippets."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +16,11 @@ import pytest
 from validation import launch_map
 from validation.checks.pcie import launch_measurements
 from validation.judge import judge
+from validation.launch_map import cpulist
 from validation.model import CheckResult
 from validation.probes.nvidia_smi import Topology, parse_topo
 from validation.profile import load_profile, nic_placement
+from validation.workloads import binding
 
 TOPO = Path(__file__).resolve().parents[2] / "fixtures" / "topology"
 # the DGX/HGX H200 capture's compute NICs: its other four ports are two dual-port NICs
@@ -132,13 +138,99 @@ def test_snippets_bind_each_rank() -> None:
     wrapper = launch_map.torchrun_wrapper(lm)
     assert "NICS=(mlx5_0 mlx5_3 mlx5_4 mlx5_5 mlx5_6 mlx5_9 mlx5_10 mlx5_11)" in wrapper
     assert "CPUS=(0-13,112-125 14-27,126-139" in wrapper
-    assert 'numactl --physcpubind="${CPUS[$r]}"' in wrapper
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in wrapper
+    # Slurm asks for the node's GPUs, leaves them all visible and runs the same bind.sh
     slurm = launch_map.slurm_line(lm)
-    assert "--gpu-bind=map_gpu:0,1,2,3,4,5,6,7" in slurm
-    mask0 = hex(sum(1 << c for c in [*range(0, 14), *range(112, 126)]))
-    assert f"--cpu-bind=mask_cpu:{mask0}," in slurm
-    assert launch_map.env_for(lm.ranks[1]) == {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1", "NCCL_IB_HCA": "=mlx5_3:1"}
+    assert "--ntasks-per-node=8 --gpus-per-node=8 --gpu-bind=none" in slurm
+    assert "LOCAL_RANK=$SLURM_LOCALID" in slurm and "exec ./bind.sh python train.py" in slurm
+    assert launch_map.env_for(lm, 1) == {
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+        "NCCL_IB_HCA": "=mlx5_3:1"}
+
+
+# What a rank started through bind.sh sees: its environment, the physical GPU a trainer's
+# `cuda:LOCAL_RANK` opens (CUDA numbers the visible list from 0) and its CPUs.
+PROBE = """import json, os
+v = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+print(json.dumps({"gpu": int(v[int(os.environ["LOCAL_RANK"])]),
+                  "order": os.environ.get("CUDA_DEVICE_ORDER"),
+                  "hca": os.environ.get("NCCL_IB_HCA"),
+                  "cpus": sorted(os.sched_getaffinity(0))}))
+"""
+BIND_KEYS = ("CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES", "NCCL_IB_HCA")
+
+
+def _bind(tmp_path: Path, lm: launch_map.LaunchMap, rank: int | str
+          ) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "bind.sh"
+    script.write_text(launch_map.torchrun_wrapper(lm))
+    env = {k: v for k, v in os.environ.items() if k not in BIND_KEYS}
+    return subprocess.run(["bash", str(script), sys.executable, "-c", PROBE],
+                          env={**env, "LOCAL_RANK": str(rank)}, capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+def test_bind_sh_run_gives_each_rank_its_gpu_as_cuda_local_rank_and_its_nic(tmp_path: Path
+                                                                            ) -> None:
+    lm = hgx_h200()
+    for b in lm.ranks:
+        done = _bind(tmp_path, lm, b.rank)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        assert (got["gpu"], got["order"], got["hca"]) == (b.gpu, "PCI_BUS_ID", f"={b.nic}:1")
+        mine = os.sched_getaffinity(0)
+        if set(b.cpus) <= mine:  # a machine as large as the capture's
+            assert got["cpus"] == list(b.cpus)
+            continue
+        # the capture's CPUs (0-223) are not this machine's: the rank runs on the CPUs it
+        # has, and says which share it could not take
+        assert got["cpus"] == sorted(mine)
+        assert f"local rank {b.rank} runs without its CPU share {cpulist(b.cpus)}" in done.stderr
+
+
+def test_bind_sh_pins_each_rank_to_its_cpu_share(tmp_path: Path) -> None:
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        pytest.skip("needs two CPUs to give two ranks a share each")
+    shares = launch_map.split_cpus(mine, 2)
+    lm = launch_map.LaunchMap(tuple(
+        launch_map.RankBinding(rank=r, gpu=r, nic=f"mlx5_{r}", path="PIX", numa=0,
+                               cpus=tuple(shares[r])) for r in range(2)))
+    for r in range(2):
+        done = _bind(tmp_path, lm, r)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert json.loads(done.stdout)["cpus"] == shares[r]
+
+
+@pytest.mark.parametrize("rank", ["8", "x"])
+def test_bind_sh_refuses_a_rank_the_map_does_not_have(tmp_path: Path, rank: str) -> None:
+    done = _bind(tmp_path, hgx_h200(), rank)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"bind.sh: LOCAL_RANK {rank}: the map has local ranks 0-7\n"
+
+
+def test_the_workloads_bind_each_rank_as_bind_sh_does(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """One fact: the suite's workloads (binding.apply, before CUDA starts) run each rank
+    with the environment bind.sh gives it, so the map the report hands over is the one the
+    node's workloads ran."""
+    lm = hgx_h200()
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: None)  # not this process's
+    for b in lm.ranks:
+        for k in BIND_KEYS:
+            monkeypatch.delenv(k, raising=False)
+        assert binding.apply(b.rank, lm) is not None
+        bound = {k: os.environ[k] for k in BIND_KEYS if k in os.environ}
+        script = tmp_path / "bind.sh"
+        script.write_text(launch_map.torchrun_wrapper(lm))
+        env = {k: v for k, v in os.environ.items() if k not in BIND_KEYS}
+        shell = subprocess.run(
+            ["bash", str(script), sys.executable, "-c",
+             f"import json, os; print(json.dumps({{k: os.environ[k] for k in {BIND_KEYS!r} "
+             "if k in os.environ}))"],
+            env={**env, "LOCAL_RANK": str(b.rank)}, capture_output=True, text=True,
+            timeout=30, check=True)
+        assert json.loads(shell.stdout) == bound == launch_map.env_for(lm, b.rank)
 
 
 @pytest.mark.parametrize("bad", [{"nic": "mlx5_0; rm -rf /"}, {"path": "FAST"}, {"gpu": "-1"}])

@@ -32,7 +32,9 @@ def test_json_document_carries_the_map_and_validates(tmp_path: Path) -> None:
         (0, 0, "mlx5_0", "0"), (1, 1, "mlx5_3", "0")]
     assert ranks[1]["cpus"] == "14-27,126-139"
     assert "NICS=(mlx5_0 mlx5_3" in doc["launch_map"]["torchrun"]
-    assert "--gpu-bind=map_gpu:0,1,2,3,4,5,6,7" in doc["launch_map"]["slurm"]
+    # every GPU visible in map order (cuda:LOCAL_RANK is the rank's), and Slurm asked for them
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in doc["launch_map"]["torchrun"]
+    assert "--gpus-per-node=8 --gpu-bind=none" in doc["launch_map"]["slurm"]
 
 
 def test_html_and_junit_show_the_table(tmp_path: Path) -> None:
@@ -42,7 +44,7 @@ def test_html_and_junit_show_the_table(tmp_path: Path) -> None:
                                                                   html.index('id="launch-map-table"'))]
     assert "<td>1</td><td>GPU 1 (0000:1a:00.0)</td><td>mlx5_3</td>" in table
     assert table.count("<tr>") == 9  # header and 8 ranks
-    assert "numactl --physcpubind" in html and "srun --ntasks-per-node=8" in html
+    assert "exec taskset -c" in html and "--ntasks-per-node=8 --gpus-per-node=8" in html
     props = {p.get("name"): p.get("value") for p in node_suite(doc).iter("property")}
     assert props["launch_map"].startswith("0:GPU0/mlx5_0/NUMA0/0-13,112-125; 1:GPU1/mlx5_3/")
 
