@@ -257,6 +257,9 @@ class Client:
         _, _, body = self.request("GET", path)
         if not isinstance(body, dict):
             raise self._error(f"GET {path}: not a JSON object")
+        nxt = body.get("Members@odata.nextLink")
+        if isinstance(nxt, str) and _same_page(nxt, path):  # whoever walks it, it never ends
+            raise self._error(f"collection {path}: its next page is itself (a nextLink loop)")
         return body
 
     def patch(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], Any]:
@@ -305,6 +308,11 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.logout()
+
+
+def _same_page(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.path.rstrip("/"), pa.query) == (pb.path.rstrip("/"), pb.query)
 
 
 class _Watchdog:

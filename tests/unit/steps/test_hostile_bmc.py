@@ -305,3 +305,24 @@ def test_the_lab_bmc_answering_nan_is_refused_by_name(tmp_path, vendor):
     bad = {v.metric: v for v in _verdicts(sampled)["fail"]}
     assert bad["bmc.envelope.refused_readings"].labels["sensor"] == (
         "chassis draw (PowerConsumedWatts): NaN is not a number")
+
+
+def test_a_log_whose_next_page_is_itself_ends_the_read_at_once(dell, certs, tmp_path):
+    """The log pages are walked by the inventory reader itself: the client refuses a page
+    that names itself as the next one, whoever walks it."""
+    dell.res[dell.sel_entries]["Members@odata.nextLink"] = dell.sel_entries
+    rec, took = _in_time(lambda: oob.collect(node("gpu01", dell.address, str(certs[0])),
+                                             timeout=5, baseline_dir=tmp_path), 20)
+    assert rec["check"]["status"] == "error" and took < 5
+    assert rec["problem"].endswith(f"collection {dell.sel_entries}: its next page is itself "
+                                   "(a nextLink loop)")
+
+
+def test_pages_that_link_in_a_circle_end_the_walk(dell, certs, tmp_path):
+    dell.res[f"{R}/Chassis"]["Members@odata.nextLink"] = f"{R}/Chassis/more"
+    dell.res[f"{R}/Chassis/more"] = {"Members": [],
+                                     "Members@odata.nextLink": f"{R}/Chassis"}
+    rec, _ = _in_time(lambda: oob.collect(node("gpu01", dell.address, str(certs[0])),
+                                          timeout=5, baseline_dir=tmp_path), 20)
+    assert rec["problem"].endswith(f"collection {R}/Chassis: its next page {R}/Chassis was "
+                                   "read already (a nextLink loop)")
