@@ -127,8 +127,8 @@ def test_a_bare_node_installs_everything_from_the_bundle_alone(provisioned_lab, 
     and shared, and reinstalling there would run the stand-ins' prerm/postinst (dkms
     remove/install, systemctl enable) under the other tests; the bare root leaves the
     node as they expect (no service starts: policy-rc.d says no, and no systemd runs
-    in the root). Copying the image (~350 MB) and the install take about a minute more
-    than the download-only check did; the bundle's whole closure is what it proves."""
+    in the root). Copying the image (~350 MB) and the install took 18.9 s on a loaded
+    controller (2026-12-05); the bundle's whole closure is what it proves."""
     lab = provisioned_lab
     staging_ip = lab.spec(STAGING).ip
     kernel = lab.sh(STAGING, "uname -r").stdout.strip()
