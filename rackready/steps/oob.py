@@ -43,6 +43,8 @@ _WORST = {"Critical": 3, "Warning": 2, "unknown": 1, "OK": 0}
 # The whole out-of-band read (login, identity, firmware, sensors, every log page) within one
 # deadline: a real iDRAC answers a GET in 0.1-1 s and the read is a few hundred of them.
 COLLECT_S = 600.0
+# ... and one byte budget: a 2000-entry log is about 2 MB, a whole read tens of MB.
+COLLECT_BYTES = 512 * 1024 * 1024
 _NOT_PRESENT = {"Absent", "Disabled", "StandbyOffline", "UnavailableOffline"}
 
 
@@ -224,7 +226,7 @@ def collect(node: Node, *, timeout: float = 30.0, baseline_dir: Path = BASELINE_
             client = Client(access.address, access.user, secret, ca_file=access.ca_file,
                             insecure_skip_verify=access.insecure_skip_verify, timeout=timeout,
                             node=node.name)
-            with client.bounded(deadline_s, "reading the BMC"), client:
+            with client.bounded(deadline_s, "reading the BMC", COLLECT_BYTES), client:
                 data = gather(client)
                 if want:
                     current = bios_attributes(client)

@@ -326,3 +326,23 @@ def test_pages_that_link_in_a_circle_end_the_walk(dell, certs, tmp_path):
                                           timeout=5, baseline_dir=tmp_path), 20)
     assert rec["problem"].endswith(f"collection {R}/Chassis: its next page {R}/Chassis was "
                                    "read already (a nextLink loop)")
+
+
+def test_a_bmc_answering_more_than_the_reads_byte_budget_ends_it(dell, certs, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setattr(oob, "COLLECT_BYTES", 2_000)  # the real one: 512 MiB
+    rec = oob.collect(node("gpu01", dell.address, str(certs[0])), timeout=5,
+                      baseline_dir=tmp_path)
+    assert rec["check"]["status"] == "error"
+    assert rec["problem"].endswith("reading the BMC: more than its budget of bytes")
+
+
+def test_a_number_json_cannot_hold_never_reaches_bmc_json(tmp_path):
+    """The last guard: whatever brings a non-finite number into the record (an envelope
+    kept by an older controller), the record is written and the check says so."""
+    env = {"count": 0, "samples": [], "summary": {"samples": 0}, "period_s": float("nan")}
+    rec = oob.collect(node("gpu01", None, None), baseline_dir=tmp_path, envelope=env)
+    json.dumps(rec, allow_nan=False)
+    assert rec["check"]["status"] == "error"
+    assert "numbers from the BMC that JSON cannot hold were dropped (the first: " \
+           "bmc.envelope.period_s)" in rec["problem"]
