@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -75,8 +76,11 @@ def test_a_bmc_answering_nan_fails_its_node_and_every_node_is_reported(provision
 
     node = "lab-gpu01"
     spec = provisioned_lab.spec(node)
+    old = bmc.pid_of(spec)
     bmc.stop(spec)  # a BMC started before bmc-nan-reading existed renders without it
-    time.sleep(1)
+    deadline = time.monotonic() + 10
+    while old and Path(f"/proc/{old}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     bmc.start(spec)  # its state (BIOS, logs) is kept
     lab.fault(node, "bmc-nan-reading")
     out = tmp_path / "nan"
