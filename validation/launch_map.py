@@ -317,9 +317,11 @@ def torchrun_wrapper(m: LaunchMap, nccl_env: dict[str, str] | None = None) -> st
 
 def slurm_line(m: LaunchMap) -> str:
     """The same binding through Slurm: one task per GPU on a node of its own, the node's
-    GPUs requested and left unbound by Slurm (each task sees them all, as under torchrun),
-    and each task run through bind.sh as local rank SLURM_LOCALID."""
+    GPUs requested, and each task run through bind.sh as local rank SLURM_LOCALID. No
+    --gpu-bind: Slurm then gives every task all the step's GPUs, as under torchrun
+    (Slurm 22.05 in the lab: --gpu-bind=none left a task of two an empty
+    CUDA_VISIBLE_DEVICES, map_gpu one GPU each)."""
     n = len(m.ranks)
-    return (f"srun --exclusive --ntasks-per-node={n} --gpus-per-node={n} --gpu-bind=none "
+    return (f"srun --exclusive --ntasks-per-node={n} --gpus-per-node={n} "
             "--cpu-bind=none bash -c 'export LOCAL_RANK=$SLURM_LOCALID RANK=$SLURM_PROCID "
             "WORLD_SIZE=$SLURM_NTASKS; exec ./bind.sh python train.py'")

@@ -141,7 +141,8 @@ def test_snippets_bind_each_rank() -> None:
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in wrapper
     # Slurm asks for the node's GPUs, leaves them all visible and runs the same bind.sh
     slurm = launch_map.slurm_line(lm)
-    assert "--ntasks-per-node=8 --gpus-per-node=8 --gpu-bind=none" in slurm
+    assert "--ntasks-per-node=8 --gpus-per-node=8 --cpu-bind=none" in slurm
+    assert "--gpu-bind" not in slurm
     assert "LOCAL_RANK=$SLURM_LOCALID" in slurm and "exec ./bind.sh python train.py" in slurm
     assert launch_map.env_for(lm, 1) == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",

@@ -34,7 +34,7 @@ def test_json_document_carries_the_map_and_validates(tmp_path: Path) -> None:
     assert "NICS=(mlx5_0 mlx5_3" in doc["launch_map"]["torchrun"]
     # every GPU visible in map order (cuda:LOCAL_RANK is the rank's), and Slurm asked for them
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in doc["launch_map"]["torchrun"]
-    assert "--gpus-per-node=8 --gpu-bind=none" in doc["launch_map"]["slurm"]
+    assert "--gpus-per-node=8 --cpu-bind=none" in doc["launch_map"]["slurm"]
 
 
 def test_html_and_junit_show_the_table(tmp_path: Path) -> None:
