@@ -124,8 +124,9 @@ def measure_overflow(html: Path, width: int, media: str, work: Path) -> list[str
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory) -> dict[str, Path]:
-    """HTML for the synthetic lab run (two nodes, rack) and the real 2x H200 quick run."""
+def reports(tmp_path_factory, lab_standard_run) -> dict[str, Path]:
+    """HTML for the synthetic lab run (two nodes, rack), the real 2x H200 quick run and the
+    lab's 8-GPU node at the standard level (its launch map's long bind.sh and srun lines)."""
     base = tmp_path_factory.mktemp("reports")
     lab = healthy_and_faulty(base / "lab")
     build_reports(lab, {"json", "html"})
@@ -133,7 +134,9 @@ def reports(tmp_path_factory) -> dict[str, Path]:
     (real / "h200x2").mkdir(parents=True)
     (real / "h200x2" / "result.json").write_bytes(gzip.decompress(REAL.read_bytes()))
     build_reports(real, {"json", "html"})
-    return {"lab-node": lab / "report" / "node-gpu02.html", "lab-rack": lab / "report/rack.html",
+    build_reports(lab_standard_run, {"json", "html"})
+    return {"lab-8gpu-node": lab_standard_run / "report" / "node-lab-gpu01.html",
+            "lab-node": lab / "report" / "node-gpu02.html", "lab-rack": lab / "report/rack.html",
             "real-node": real / "report" / "node-h200x2.html",
             "real-rack": real / "report" / "rack.html"}
 
@@ -160,7 +163,8 @@ def test_overflow_measurement_sees_overflow(tmp_path: Path) -> None:
     assert any("a clipped label" in f for f in found), found
 
 
-@pytest.mark.parametrize("name", ["lab-node", "lab-rack", "real-node", "real-rack"])
+@pytest.mark.parametrize("name", ["lab-node", "lab-rack", "real-node", "real-rack",
+                                  "lab-8gpu-node"])
 @pytest.mark.parametrize("media, width", [("screen", SCREEN_PX), ("print", PRINT_PX)])
 def test_nothing_overflows_the_page_width(reports, tmp_path: Path, name: str, media: str,
                                           width: int) -> None:

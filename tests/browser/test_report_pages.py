@@ -7,7 +7,6 @@ Pages are read with pdftotext (poppler-utils), which ends each page with a form 
 
 from __future__ import annotations
 
-import lzma
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,25 +15,10 @@ import pytest
 
 from rackready.report.build import build_reports
 from rackready.report.render.pdf import find_chromium
-from rackready.site.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.browser
 
-FIXTURE = PROJECT_ROOT / "tests" / "fixtures" / "lab-xe9680-standard"
 APPENDIX = "Appendix A · Verdicts by check"
-
-
-def unpack(dst: Path) -> Path:
-    """The fixture as a run directory: its .xz files decompressed beside the others."""
-    for src in FIXTURE.rglob("*"):
-        if src.is_file() and src.name != "README.md":
-            out = dst / src.relative_to(FIXTURE)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            if src.suffix == ".xz":
-                out.with_suffix("").write_bytes(lzma.decompress(src.read_bytes()))
-            else:
-                shutil.copyfile(src, out)
-    return dst
 
 
 def pages(pdf: Path) -> list[str]:
@@ -44,14 +28,13 @@ def pages(pdf: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def lab_pages(tmp_path_factory) -> list[str]:
+def lab_pages(lab_standard_run: Path) -> list[str]:
     if not find_chromium():
         pytest.skip("chromium not installed (Debian package 'chromium')")
     if not shutil.which("pdftotext"):
         pytest.skip("pdftotext not installed (Debian package 'poppler-utils')")
-    run = unpack(tmp_path_factory.mktemp("lab-standard") / "run")
-    build_reports(run, {"json", "pdf"})
-    return pages(run / "report" / "node-lab-gpu01.pdf")
+    build_reports(lab_standard_run, {"json", "pdf"})
+    return pages(lab_standard_run / "report" / "node-lab-gpu01.pdf")
 
 
 def test_at_most_8_pages_before_the_appendix(lab_pages: list[str]) -> None:
