@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from rackready.decide.identifiers import id_key, shown
 from rackready.remote.result_shape import conform_result
 from rackready.run.rundir import sha256_file
 from rackready.sanitize import one_line
@@ -144,21 +145,21 @@ def identity_findings(identity: dict[str, Any], result: dict[str, Any]
         out.append(finding("identity", f"result.json is from host {got!r}, not this node "
                                        f"({', '.join(want_hosts)})"))
     ids = gpu_ids(result)
-    for kind in ("serial", "uuid"):
+    for kind in ("serial", "uuid"):  # compared as id_key reads them: spelling evades nothing
         seen: dict[str, list[str]] = defaultdict(list)
         for gpu, entry in sorted(ids.items()):
-            if entry.get(kind):
-                seen[entry[kind]].append(gpu)
-        for value, gpus in sorted(seen.items()):
-            if len(gpus) > 1:
-                out.append(finding("identity", f"GPU {kind} {value} reported for GPUs "
-                                               f"{', '.join(gpus)} of this node"))
-    expected = [str(s) for s in identity.get("gpu_serials") or []]
+            if id_key(entry.get(kind) or ""):
+                seen[id_key(entry[kind])].append(gpu)
+        for gpus in (g for _, g in sorted(seen.items()) if len(g) > 1):
+            out.append(finding("identity", f"GPU {kind} {_spellings(ids, gpus, kind)} "
+                                           f"reported for GPUs {', '.join(gpus)} of this node"))
+    expected = {id_key(s): str(s) for s in identity.get("gpu_serials") or [] if id_key(s)}
     if expected and ids:
-        serials = {e["serial"]: gpu for gpu, e in ids.items() if e.get("serial")}
-        extra = [f"GPU {g} serial {s}" for s, g in sorted(serials.items(), key=lambda x: x[1])
-                 if s not in expected]
-        absent = [s for s in expected if s not in serials]
+        serials = {id_key(e["serial"]): (gpu, e["serial"]) for gpu, e in ids.items()
+                   if id_key(e.get("serial") or "")}
+        extra = [f"GPU {g} serial {shown(s)}" for k, (g, s) in
+                 sorted(serials.items(), key=lambda x: x[1]) if k not in expected]
+        absent = [shown(s) for k, s in expected.items() if k not in serials]
         if extra or absent:
             words = "; ".join(p for p in (
                 f"not in the inventory: {_names(extra)}" if extra else "",
@@ -166,13 +167,6 @@ def identity_findings(identity: dict[str, Any], result: dict[str, Any]
             out.append(finding("identity", f"GPU serials differ from rackready_gpu_serials: "
                                            f"{words}", "FAIL"))
     return out
-
-
-def serial_key(value: Any) -> str:
-    """The form two reports of one serial are compared in: whitespace dropped, case folded
-    (a BMC may pad or upper-case what nvidia-smi prints). One function: a stricter
-    normaliser replaces it here alone."""
-    return "".join(str(value).split()).casefold()
 
 
 def bmc_serial_findings(bmc: dict[str, Any] | None, result: dict[str, Any] | None
@@ -188,11 +182,11 @@ def bmc_serial_findings(bmc: dict[str, Any] | None, result: dict[str, Any] | Non
     if result is None or not isinstance(ident, dict) or not ident:
         return [], ""  # no result, or the BMC was not read: the bmc check says so
     listed = [g for g in ident.get("gpus") or [] if isinstance(g, dict)]
-    theirs = {serial_key(g["serial"]): f"{g['serial']} (at {g.get('slot') or '?'})"
-              for g in listed if serial_key(g.get("serial") or "")}
-    ours = {serial_key(e["serial"]): f"{e['serial']} (GPU {gpu})"
+    theirs = {id_key(g["serial"]): f"{g['serial']} (at {g.get('slot') or '?'})"
+              for g in listed if id_key(g.get("serial") or "")}
+    ours = {id_key(e["serial"]): f"{e['serial']} (GPU {gpu})"
             for gpu, e in sorted(gpu_ids(result).items(), key=lambda x: _index(x[0]))
-            if serial_key(e.get("serial") or "")}
+            if id_key(e.get("serial") or "")}
     if not theirs:
         return [], (f"BMC reports no GPU serials: the node's {len(ours)} GPU serial(s) are "
                     "not cross-checked out of band" if ours else "")
@@ -220,22 +214,32 @@ def _index(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
 
 
+def _spellings(ids: dict[str, dict[str, str]], gpus: list[str], kind: str) -> str:
+    """One identifier as the GPUs that share it spell it: "A" or "A (also spelled B)"."""
+    spelled = list(dict.fromkeys(shown(ids[g][kind]) for g in gpus))
+    return spelled[0] + (f" (also spelled {', '.join(spelled[1:])})" if spelled[1:] else "")
+
+
 def rack_identity_findings(ids_by_node: dict[str, dict[str, dict[str, str]]]
                            ) -> dict[str, list[dict[str, str]]]:
-    """One GPU serial or UUID on two nodes: neither node's result can be believed."""
-    owners: dict[tuple[str, str], set[str]] = defaultdict(set)
+    """One GPU serial or UUID on two nodes, however each spells it (id_key: case, NFKC,
+    invisible characters, a digits-only serial's leading zeros): neither node's result can
+    be believed. Each node's finding names its own spelling and the others'."""
+    owners: dict[tuple[str, str], dict[str, str]] = defaultdict(dict)
     for node, ids in ids_by_node.items():
         for entry in ids.values():
             for kind in ("serial", "uuid"):
-                if entry.get(kind):
-                    owners[(kind, entry[kind])].add(node)
+                if id_key(entry.get(kind) or ""):
+                    owners[(kind, id_key(entry[kind]))].setdefault(node, entry[kind])
     out: dict[str, list[dict[str, str]]] = defaultdict(list)
-    for (kind, value), nodes in sorted(owners.items()):
-        if len(nodes) > 1:
-            for node in sorted(nodes):
-                others = ", ".join(sorted(nodes - {node}))
-                out[node].append(finding("identity", f"GPU {kind} {value} is also reported "
-                                                     f"by {others}"))
+    for (kind, _), spelled in sorted(owners.items()):
+        if len(spelled) > 1:
+            for node in sorted(spelled):
+                others = ", ".join(o + ("" if spelled[o] == spelled[node]
+                                        else f" (as {shown(spelled[o])})")
+                                   for o in sorted(spelled) if o != node)
+                out[node].append(finding("identity", f"GPU {kind} {shown(spelled[node])} is "
+                                                     f"also reported by {others}"))
     return dict(out)
 
 

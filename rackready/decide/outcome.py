@@ -1,12 +1,12 @@
 """The one writer of outcomes, reasons and failing-part wording.
 
 Every node's outcome and its one-line reason (decide_node), each verdict's failing part
-in words (component_words: validation.judge.component, with the GPU's serial from the
-node's inventory), a fabric group's outcome in the rack step (group_outcome) and the
-rack's (rack_judgement: PASS only if every planned node and every fabric group passed)
-are written here and nowhere else. The judgements carry them (<node>/judgement.json,
-<run>/_rack/judgement.json, through rackready.run); the reports, JUnit and the exit
-code only read them.
+in words (component_words: validation.judge.component, with the GPU's serial the node
+measured and the inventory's where it differs), a fabric group's outcome in the rack
+step (group_outcome) and the rack's (rack_judgement: PASS only if every planned node and
+every fabric group passed) are written here and nowhere else. The judgements carry them
+(<node>/judgement.json, <run>/_rack/judgement.json, through rackready.run); the reports,
+JUnit and the exit code only read them.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from rackready.decide.identifiers import id_key, shown
 from rackready.decide.limits import limits_record
 from rackready.decide.records import (
     AllreduceRecord,
@@ -36,25 +37,42 @@ from validation.model import Verdict
 OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 
 
-def component_words(labels: dict[str, Any], inventory: dict[str, Any] | None) -> str:
-    """The failing part in words, with the GPU's serial from the node's inventory."""
+def component_words(labels: dict[str, Any], inventory: dict[str, Any] | None,
+                    measured: Mapping[str, Mapping[str, str]] | None = None) -> str:
+    """The failing part in words. A GPU is named by the serial the node measured: the
+    verdict's own label, else the gpu.serial measurement for that GPU (`measured`:
+    rackready.decide.integrity.gpu_ids). The inventory (result.json "inventory") is the
+    node's summary, not a measurement: where its serial for the GPU differs, both are
+    named; where nothing measured one, the inventory's is named as the inventory's."""
     labels = {str(k): str(v) for k, v in (labels or {}).items()}
     gpus = (inventory or {}).get("gpus")
     if isinstance(gpus, list):  # [{"index": i, "serial": ...}] as some inventories list them
         gpus = {str(g.get("index", i)): g for i, g in enumerate(gpus) if isinstance(g, dict)}
-    if "gpu" in labels and "serial" not in labels and isinstance(gpus, dict):
-        entry = gpus.get(labels["gpu"])
-        if isinstance(entry, dict) and entry.get("serial"):
-            labels["serial"] = str(entry["serial"])
-            if entry.get("bus_id") and "bus_id" not in labels:
-                labels["bus_id"] = str(entry["bus_id"])
+    if "gpu" not in labels:
+        return component(labels)
+    entry = gpus.get(labels["gpu"]) if isinstance(gpus, dict) else None
+    entry = entry if isinstance(entry, dict) else {}
+    listed = str(entry.get("serial") or "")
+    seen = labels.get("serial", "")
+    if seen in ("", "unknown"):
+        seen = str((measured or {}).get(labels["gpu"], {}).get("serial") or "")
+    if seen and listed and id_key(seen) != id_key(listed):
+        labels["serial"] = f"{shown(seen)}, not {shown(listed)} as the inventory lists"
+    elif seen:
+        labels["serial"] = shown(seen)
+    elif listed:
+        labels["serial"] = f"{shown(listed)} as the inventory lists" + (
+            ", not measured" if measured is not None else "")
+    if entry.get("bus_id") and "bus_id" not in labels:
+        labels["bus_id"] = str(entry["bus_id"])
     return component(labels)
 
 
-def verdict_dict(v: Verdict, scope_name: Scope, inventory: dict[str, Any]) -> VerdictRecord:
+def verdict_dict(v: Verdict, scope_name: Scope, inventory: dict[str, Any],
+                 measured: Mapping[str, Mapping[str, str]] | None = None) -> VerdictRecord:
     d = v.to_dict()  # Verdict's fields; the controller adds the scope and the part in words
     d["scope"] = scope_name
-    d["component"] = component_words(v.labels, inventory)
+    d["component"] = component_words(v.labels, inventory, measured)
     return cast(VerdictRecord, d)
 
 
