@@ -9,9 +9,12 @@ Rules, in the order they apply:
   without any threshold fails (a limit nobody wrote is not a pass);
 - thresholds with outlier_k also compare each GPU (or node) with its peers:
   more than k robust deviations on the bad side fails even above the floor;
-- a labelled threshold (one NVLink pair, one cmdline token) that matched no
-  measurement while its metric was measured fails: something went missing
-  (except labels that vary with the level: size, model shape, dtype).
+- a threshold that matched no measurement is judged from why (_unmeasured): not
+  applicable where its check is not part of the run, where the profile does not require
+  what the check (or the metric) needs, where a probe fact the profile names says so
+  (the GPU retires memory by row remapping), or where a label the level chooses (size,
+  model shape, dtype) took other values; otherwise it fails as "not measured", naming
+  the check (a check that ran "ok" and emitted nothing is never a pass).
 """
 
 from __future__ import annotations
@@ -302,8 +305,7 @@ def _status_verdicts(results: list[CheckResult], profile: Any) -> list[Verdict]:
                                  f"{', '.join(missing)} ({r.message})".rstrip(" ()"),
             ))
             continue
-        what = {"skipped": "could not run", "error": "crashed or could not parse its probe",
-                "timeout": "ran past its time limit"}.get(r.status, r.status)
+        what = _WHAT.get(r.status, r.status)
         out.append(Verdict(
             check=r.check, metric="check.status", outcome="fail", value=r.status, unit="",
             message=f"required check {r.check} {what}: {r.message}",
@@ -363,6 +365,9 @@ def judge(results: list[CheckResult], profile: Any) -> list[Verdict]:
         value, spread = _reduce(items)
         reduced[key] = (items[-1][0], value, spread)
     matched: set[int] = set()
+    by_metric: dict[str, list[tuple[int, Threshold]]] = defaultdict(list)
+    for i, t in enumerate(thresholds):
+        by_metric[t.metric].append((i, t))
     for (name, lkey), (check, value, spread) in reduced.items():
         labels = dict(lkey)
         metric = metrics.METRICS.get(name)
@@ -371,8 +376,7 @@ def judge(results: list[CheckResult], profile: Any) -> list[Verdict]:
                                     message=f"{check} emitted unknown metric {name}",
                                     remediation="fix the check: register the metric"))
             continue
-        apply = [(i, t) for i, t in enumerate(thresholds)
-                 if t.metric == name and _applies(t, labels)]
+        apply = [(i, t) for i, t in by_metric.get(name, ()) if _applies(t, labels)]
         if not apply:
             if metric.judged:
                 verdicts.append(Verdict(
@@ -395,20 +399,104 @@ def judge(results: list[CheckResult], profile: Any) -> list[Verdict]:
                                     "" if outcome == "pass" else remediation(name, labels),
                                     spread))
     verdicts += _outlier_verdicts(reduced, thresholds)
-    measured = {name for name, _ in reduced}
-    for i, t in enumerate(thresholds):
-        if i in matched:
-            continue
-        if t.labels and t.metric in measured and not set(t.labels) & LEVEL_LABELS:
-            verdicts.append(Verdict(
-                "judge", t.metric, "fail", None, t.unit, dict(t.labels), t,
-                f"{t.metric} expected for {component(dict(t.labels))} but not measured",
-                remediation(t.metric, dict(t.labels))))
-        else:
-            verdicts.append(Verdict(
-                "judge", t.metric, "not_applicable", None, t.unit, dict(t.labels or {}), t,
-                f"{t.metric} not measured in this run (level, scope or a check that did not run)"))
+    readings: Readings = defaultdict(list)
+    for (name, lkey), (_, value, _) in reduced.items():
+        readings[name].append((lkey, value))
+    verdicts += [_unmeasured(t, results, readings, profile)
+                 for i, t in enumerate(thresholds) if i not in matched]
     return verdicts
+
+
+Readings = dict[str, list[tuple[LabelKey, Value]]]  # metric -> (labels, reduced value)
+
+
+def _unmeasured(t: Threshold, results: list[CheckResult], readings: Readings,
+                profile: Any) -> Verdict:
+    """A limit no measurement met: judged from why. Not applicable only for a stated
+    reason (the check is not in this run, the profile does not require what it needs, a
+    probe fact the profile names, a label the level chose); otherwise it fails as not
+    measured, naming the check that should have measured it."""
+    from validation.checks.registry import RACK_CHECK, measured_by
+
+    labels = dict(t.labels or {})
+    named = component(labels)
+    part = "" if not labels else f" for {named}" if named != "node" else \
+        f" ({', '.join(f'{k} {v}' for k, v in labels.items())})"
+
+    def verdict(check: str, outcome: Outcome, why: str) -> Verdict:
+        fix = remediation(t.metric, labels) if outcome == "fail" else ""
+        return Verdict(check, t.metric, outcome, None, t.unit, labels, t,
+                       f"{t.metric}{part} {why}", fix)
+
+    specs = measured_by(t.metric)
+    if not specs:
+        return verdict("judge", "fail", "not measured: no check measures it (a profile limit "
+                                        "on a metric nothing emits)")
+    if any(s.name == RACK_CHECK for s in specs):
+        return verdict(RACK_CHECK, "not_applicable", "is judged across nodes by the rack "
+                                                     "step (rackready.decide.rack), not per node")
+    by_name = {r.check: r for r in results}
+    ran = [by_name[s.name] for s in specs if s.name in by_name]
+    if not ran:
+        s = specs[0]
+        return verdict(s.name, "not_applicable",
+                       f"not measured: {' or '.join(x.name for x in specs)} is not part of "
+                       f"this run ({s.name} runs at the {', '.join(s.levels)} level(s))")
+    ok = [r for r in ran if r.status == "ok"]
+    required = _required(profile)
+    if not ok:
+        r = ran[0]
+        missing = sorted(set(r.needs) - required)
+        if missing:
+            said = f"{r.check} {r.status}" + (f": {r.message}" if r.message else "")
+            return verdict(r.check, "not_applicable", "not applicable: the profile does not "
+                                                      f"require {', '.join(missing)} ({said})")
+        # the check's own verdict fails the node and says why, once (not once per limit)
+        return verdict(r.check, "not_applicable",
+                       f"not measured: required check {r.check} {_WHAT.get(r.status, r.status)}"
+                       " (its check.status verdict fails the node)")
+    check = ok[0].check
+    needs = {n for s in specs if s.name == check for n in s.metric_needs.get(t.metric, ())}
+    if needs and not needs <= required:
+        return verdict(check, "not_applicable", "not applicable: the profile does not require "
+                                                f"{', '.join(sorted(needs - required))}")
+    fact = _fact(t, readings, profile)
+    if fact:
+        return verdict(check, "not_applicable", f"not applicable: {fact}")
+    measured = sorted({dict(lkey).get(k, "") for lkey, _ in readings.get(t.metric, ())
+                       for k in set(labels) & LEVEL_LABELS} - {""})
+    if measured and set(labels) & LEVEL_LABELS:
+        chose = ", ".join(sorted(set(labels) & LEVEL_LABELS))
+        return verdict(check, "not_applicable",
+                       f"not measured at this level: {check} ran {chose} "
+                       f"{', '.join(measured)} (the level's or the device's choice)")
+    if labels:  # one part of a metric (one NVLink pair, one cmdline token) went missing
+        return Verdict(check, t.metric, "fail", None, t.unit, labels, t,
+                       f"{t.metric} expected{part} but not measured: "
+                       f"{check} ran and reported none for it", remediation(t.metric, labels))
+    return verdict(check, "fail", f"not measured: {check} ran and reported no {t.metric}")
+
+
+_WHAT = {"skipped": "could not run", "error": "crashed or could not parse its probe",
+         "timeout": "ran past its time limit"}
+
+
+def _fact(t: Threshold, readings: Readings, profile: Any) -> str:
+    """The profile's probe fact that makes t not applicable here, in words; "" if none:
+    every reading of the fact (at least one) must hold its value."""
+    labels = t.labels or {}
+    for rule in getattr(profile, "not_applicable", ()):
+        if t.metric not in rule.metrics or not _applies_to(rule.labels, labels):
+            continue
+        seen = readings.get(rule.fact, [])
+        if seen and all(compare("==", v, rule.value) for _, v in seen):
+            where = f"{len(seen)} reading{'s' if len(seen) > 1 else ''}"
+            return f"{rule.fact} = {_fmt(seen[0][1])} ({where}): {rule.reason}"
+    return ""
+
+
+def _applies_to(want: dict[str, str] | None, labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in (want or {}).items())
 
 
 def _outlier_verdicts(reduced: dict[tuple[str, LabelKey], tuple[str, Value, Any]],

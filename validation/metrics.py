@@ -202,6 +202,19 @@ _CORE: list[Metric] = [
        "lower"),
     # run-level
     _m("check.status", "", "how a check ended (ok/skipped/error/timeout)", "equal"),
+    # probe facts: why a check measured no value of a metric; a profile's not_applicable
+    # rule names the fact that makes a limit not applicable (validation.judge)
+    _m("gpu.retired_pages_reported", "", "nvidia-smi reports retired pages for the GPU (N/A "
+       "where it retires memory by row remapping: Ampere and later)", "equal", judged=False),
+    _m("kernel.module_sysfs", "", "the kernel's sysfs holds /sys/module/<m> of a module "
+       "/proc/modules lists (labelled module=...)", "equal", judged=False),
+    _m("workload.device", "", "the device the check's workload ran on (cuda, or cpu where "
+       "the site runs the workloads on CPU: the lab)", "equal", judged=False),
+    _m("transceiver.optical", "", "the port's module is an optical transceiver (mlxlink "
+       "cable type; a copper cable has no laser, no rx power and no temperature)", "equal",
+       judged=False),
+    _m("bmc.voltage.sensors", "", "voltage sensors the BMC lists with a critical threshold",
+       "equal", judged=False),
 ]
 
 # counters read at the start and the end of a run; the difference is judged

@@ -54,6 +54,46 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True)
+class NotApplicable:
+    """A probe fact that makes limits not applicable on a node: where every measurement of
+    `fact` equals `value`, a limit on one of `metrics` (with `labels`, where given) that
+    no check measured reads not applicable, saying `reason`. Anything else not measured
+    fails (validation.judge): silence is never a pass."""
+
+    metrics: tuple[str, ...]
+    fact: str
+    value: Any
+    reason: str
+    labels: dict[str, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metrics": list(self.metrics), "fact": self.fact, "value": self.value,
+                "reason": self.reason, "labels": self.labels}
+
+
+def check_not_applicable(raw: Any, where: str) -> NotApplicable:
+    if not isinstance(raw, dict) or set(raw) - {"metrics", "fact", "value", "reason",
+                                                 "labels"}:
+        raise _err(where, "a not_applicable rule is a mapping of metrics, fact, value, "
+                          "reason (and labels)")
+    names = raw.get("metrics")
+    if not isinstance(names, list) or not names:
+        raise _err(where, "a not_applicable rule needs a list of metrics")
+    for name in [*names, raw.get("fact")]:
+        if name not in metrics.METRICS:
+            raise _err(where, f"not_applicable: unknown metric {name!r}")
+    if metrics.METRICS[str(raw["fact"])].judged:
+        raise _err(where, f"not_applicable: fact {raw['fact']} is a judged metric, not a "
+                          "probe fact")
+    if "value" not in raw or not str(raw.get("reason") or "").strip():
+        raise _err(where, f"not_applicable rule on {raw['fact']} needs a value and a reason")
+    labels = raw.get("labels")
+    return NotApplicable(tuple(str(n) for n in names), str(raw["fact"]), raw["value"],
+                         " ".join(str(raw["reason"]).split()),
+                         {str(a): str(b) for a, b in labels.items()} if labels else None)
+
+
+@dataclass(frozen=True)
 class Profile:
     name: str
     description: str
@@ -71,6 +111,8 @@ class Profile:
     provisional_strict: bool = False
     # where the calibrated limits came from (the site's overlay), "" when none applied
     calibration: str = ""
+    # the probe facts that make a limit not applicable on a node (NotApplicable)
+    not_applicable: tuple[NotApplicable, ...] = ()
 
     def thresholds_for(self, metric: str) -> list[Threshold]:
         return [t for t in self.thresholds if t.metric == metric]
@@ -564,10 +606,25 @@ def _raw_thresholds(data: dict[str, Any], directory: Path, where: str) -> list[A
         if not inc_path.is_file():
             raise _err(where, f"include {inc} not found")
         included = copy.deepcopy(_parsed(inc_path)) or []
+        if isinstance(included, dict):  # {thresholds: [...], not_applicable: [...]}
+            included = included.get("thresholds") or []
         if not isinstance(included, list):
             raise _err(where, f"include {inc} must be a list of thresholds")
         raw += included
     return raw + (data.get("thresholds") or [])
+
+
+def _raw_rules(data: dict[str, Any], directory: Path, where: str) -> list[NotApplicable]:
+    """A file's not_applicable rules: its includes' (an included mapping's), then its own."""
+    raw: list[Any] = []
+    for inc in data.get("include") or ():
+        included = _parsed(directory / str(inc))  # _raw_thresholds refused a missing one
+        if isinstance(included, dict):
+            raw += included.get("not_applicable") or []
+    own = data.get("not_applicable") or []
+    if not isinstance(own, list):
+        raise _err(where, "not_applicable must be a list of rules")
+    return [check_not_applicable(r, where) for r in raw + own]
 
 
 PROVISIONAL_MARK = "{provisional}"
@@ -608,7 +665,8 @@ def _merged_doc(layers: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for _, data in layers:
         doc = deep_merge(doc, {k: v for k, v in data.items()
-                               if k not in ("extends", "include", "thresholds")})
+                               if k not in ("extends", "include", "thresholds",
+                                            "not_applicable")})
     return doc
 
 
@@ -681,8 +739,12 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
     variant = bool(bases) and not bases[0].startswith("_")
     base_thresholds: list[Threshold] = []
     layers = [] if variant else _layers(name, directory)
+    rules: list[NotApplicable] = []
+    for layer, layer_data in layers or [(name, data)]:
+        rules += _raw_rules(layer_data, directory, f"{layer}.yml")
     if variant:
         base = load_profile(bases[0], directory)
+        rules = [*base.not_applicable, *rules]
         inv = base.inventory
         base_thresholds = list(base.thresholds)
         requires = set(data.get("requires", base.requires))
@@ -720,7 +782,8 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         _put(merged, t, variant, where)
     return Profile(name=name, description=str(data.get("description", "")),
                    simulated=simulated, requires=frozenset(requires), fabric=fabric,
-                   inventory=inv, thresholds=tuple(merged.values()), nvls=nvls)
+                   inventory=inv, thresholds=tuple(merged.values()), nvls=nvls,
+                   not_applicable=tuple(rules))
 
 
 def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = ()) -> Profile:

@@ -56,6 +56,8 @@ def profile_sha256(profile: Profile) -> str:
         "name": profile.name, "requires": sorted(profile.requires), "fabric": profile.fabric,
         "inventory": profile.inventory, "scope": profile.scope,
         "thresholds": [t.to_dict() for t in profile.thresholds],
+        # the probe facts that make a limit not applicable decide verdicts too
+        "not_applicable": [r.to_dict() for r in profile.not_applicable],
     }
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -103,15 +103,18 @@ def measurements(data: dict[str, Any], since: str | None) -> list[Measurement]:
         if reading is not None and upper is not None:
             out.append(Measurement("bmc.temperature.margin", round(upper - reading, 2), "C",
                                    labels))
+    limited = 0  # a probe fact: none where the BMC lists no voltage with a limit (iLO)
     for v in data.get("voltages") or []:
         if v.get("state") in _NOT_PRESENT:
             continue
         labels = {"sensor": v["name"]}
         out.append(Measurement("bmc.sensor.health", v["health"], "", labels))
         reading, lo, hi = _num(v.get("reading")), _num(v.get("lower")), _num(v.get("upper"))
+        limited += lo is not None or hi is not None
         if reading is not None and (lo is not None or hi is not None):
             ok = (lo is None or reading >= lo) and (hi is None or reading <= hi)
             out.append(Measurement("bmc.voltage.in_range", ok, "", labels))
+    out.append(Measurement("bmc.voltage.sensors", limited, ""))
     for log, entries in _new_critical(data, since).items():
         labels = {"log": log}
         if entries:
@@ -151,7 +154,9 @@ def bios_profile(node: Node) -> tuple[dict[str, Any], str]:
 def _new_critical(data: dict[str, Any], since: str | None) -> dict[str, list[dict[str, Any]]]:
     """Per log service: its critical entries newer than `since` (all of them without it)."""
     start = _time(since) if since else None
-    out: dict[str, list[dict[str, Any]]] = {}
+    # every log service read counts, an empty one too (0 new entries is a measurement)
+    out: dict[str, list[dict[str, Any]]] = {
+        str(uri).rstrip("/").rsplit("/", 1)[-1]: [] for uri in data.get("log_services") or []}
     for e in data.get("logs") or []:
         bucket = out.setdefault(e["log"], [])
         if e.get("severity") != "Critical":

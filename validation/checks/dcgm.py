@@ -15,7 +15,8 @@ DIAG_LEVEL = {"standard": 2, "burnin": 3}
 DIAG_TIMEOUT_S = {2: 900, 3: 3600}
 
 
-@check("dcgm.diag", needs=("gpu", "dcgm"), levels=("standard", "burnin"), timeout_s=3900,
+@check("dcgm.diag", emits=("dcgm.diag_result",),
+       needs=("gpu", "dcgm"), levels=("standard", "burnin"), timeout_s=3900,
        title="DCGM diagnostics (dcgmi diag -r 2 standard, -r 3 burn-in): every plugin, every GPU")
 def dcgm_diag(ctx: Context) -> Iterator[Measurement]:
     r = DIAG_LEVEL.get(ctx.level, 2)

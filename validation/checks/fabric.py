@@ -11,7 +11,8 @@ from validation.model import Measurement
 NVSWITCH_DIR = "/proc/driver/nvidia-nvswitch/devices"
 
 
-@check("fabric.state", needs=("gpu", "nvswitch"), timeout_s=60,
+@check("fabric.state", emits=("gpu.fabric_state",),
+       needs=("gpu", "nvswitch"), timeout_s=60,
        title="NVLink fabric state of every GPU (Completed)")
 def fabric_state(ctx: Context) -> Iterator[Measurement]:
     for g in smi(ctx).gpus:
@@ -19,7 +20,8 @@ def fabric_state(ctx: Context) -> Iterator[Measurement]:
                 {**gpu_labels(g), "status": g.fabric_status or "N/A"})
 
 
-@check("fabric.manager", needs=("nvswitch", "fabric-manager"), timeout_s=30,
+@check("fabric.manager", emits=("nvswitch.count", "fabricmanager.active"),
+       needs=("nvswitch", "fabric-manager"), timeout_s=30,
        title="NVSwitch devices present and nvidia-fabricmanager running")
 def fabric_manager(ctx: Context) -> Iterator[Measurement]:
     d = ctx.path(NVSWITCH_DIR)

@@ -69,7 +69,11 @@ def delta_counters(ctx: Context) -> Iterator[tuple[str, dict[str, str], float]]:
             yield FLAP_COUNTERS[name], {"nic": ca, "port": port}, value
 
 
-@check("pcie.aer", needs=("gpu",), timeout_s=60,
+@check("pcie.aer", emits=("pcie.aer_correctable", "pcie.aer_nonfatal", "pcie.aer_fatal"),
+       # the kernel's AER counters of the host's devices: a VM's guest may have none
+       metric_needs={f"pcie.aer_{s}": ("bare-metal",) for s in ("correctable", "nonfatal",
+                                                                 "fatal")},
+       needs=("gpu",), timeout_s=60,
        title="PCIe AER error totals since boot on every GPU and compute NIC (sysfs aer_dev_*)")
 def pcie_aer(ctx: Context) -> Iterator[Measurement]:
     for labels, totals in aer_by_device(ctx):
@@ -85,7 +89,10 @@ def _mlxlink(ctx: Context, dev: str, artifact: str) -> str:
         return ctx.run(["mlxlink", "-d", dev, "-m", "-c"], timeout_s=60, artifact=artifact)
 
 
-@check("network.transceiver", needs=("rdma",), timeout_s=300,
+@check("network.transceiver",
+       emits=("transceiver.module", "transceiver.optical", "transceiver.temperature",
+              "transceiver.rx_power_dbm", "transceiver.effective_ber", "transceiver.raw_ber"),
+       needs=("rdma",), timeout_s=300,
        title="transceiver/cable per compute port: module temperature, rx power per lane, "
              "effective and raw BER (mlxlink -m -c -e)")
 def network_transceiver(ctx: Context) -> Iterator[Measurement]:
@@ -99,6 +106,8 @@ def network_transceiver(ctx: Context) -> Iterator[Measurement]:
         art = f"artifacts/{name}"
         yield m("transceiver.module", f"{rep.identifier or '?'} {rep.cable_type or '?'}",
                 {**lab, "vendor": rep.vendor or "unknown"}, art)
+        # a fact: a copper cable has no laser to report on (no temperature, no rx power)
+        yield m("transceiver.optical", "optical" in (rep.cable_type or "").lower(), lab, art)
         if rep.temperature_c is not None:
             yield m("transceiver.temperature", rep.temperature_c, lab, art)
         for lane, dbm in enumerate(rep.rx_power_dbm):

@@ -13,7 +13,13 @@ from validation.probes.nvidia_smi import ParseError
 THROTTLE = ("hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap")
 
 
-@check("gpu.health", needs=("gpu",), timeout_s=90,
+@check("gpu.health",
+       emits=("gpu.ecc_mode", "gpu.ecc_uncorrected_volatile", "gpu.ecc_uncorrected_aggregate",
+              "gpu.ecc_corrected_volatile", "gpu.remapped_rows_uncorrectable",
+              "gpu.remapped_rows_pending", "gpu.remapped_rows_failure", "gpu.retired_pages",
+              "gpu.retired_pages_pending", "gpu.retired_pages_reported", "gpu.temperature",
+              *(f"gpu.throttle.{r}" for r in THROTTLE)),
+       needs=("gpu",), timeout_s=90,
        title="ECC mode and errors, row remapping, retired pages, clock events, temperature")
 def gpu_health(ctx: Context) -> Iterator[Measurement]:
     unread = []
@@ -34,6 +40,8 @@ def gpu_health(ctx: Context) -> Iterator[Measurement]:
         ):
             if value is not None:
                 yield m(name, value, lab)
+        # the fact that makes the retired-page limits not applicable (the profile says so)
+        yield m("gpu.retired_pages_reported", g.retired_pages is not None, lab)
         for reason in THROTTLE:
             if reason in g.clock_events:
                 yield m(f"gpu.throttle.{reason}", g.clock_events[reason], lab)
@@ -76,7 +84,8 @@ def xids_by_gpu(ctx: Context) -> tuple[dict[int, list[XidEvent]], list[XidEvent]
     return per_gpu, orphans
 
 
-@check("gpu.xid", needs=("gpu",), timeout_s=60, title="XID events in the kernel log since boot")
+@check("gpu.xid", emits=("gpu.xid_hardware", "gpu.xid_other"),
+       needs=("gpu",), timeout_s=60, title="XID events in the kernel log since boot")
 def gpu_xid(ctx: Context) -> Iterator[Measurement]:
     per_gpu, orphans = xids_by_gpu(ctx)
     labels = {g.index: gpu_labels(g) for g in smi(ctx).gpus}

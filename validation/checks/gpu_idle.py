@@ -27,7 +27,8 @@ def idle_deviations(gpus: list[GpuInfo], attr: str) -> dict[int, tuple[float, fl
     return {i: (round(abs(v - med), 2), med) for i, v in vals.items()}
 
 
-@check("gpu.idle_peers", needs=("gpu", "multi-gpu"), timeout_s=60,
+@check("gpu.idle_peers", emits=("gpu.idle_power_dev_w", "gpu.idle_temp_dev_c"),
+       needs=("gpu", "multi-gpu"), timeout_s=60,
        title="idle power and temperature of each GPU against the node's median")
 def gpu_idle_peers(ctx: Context) -> Iterator[Measurement]:
     gpus = list(smi(ctx).gpus)

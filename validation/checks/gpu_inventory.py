@@ -16,7 +16,11 @@ from validation.probes.system import parse_driver_version
 XML = "artifacts/nvidia-smi-q-x.xml"
 
 
-@check("gpu.inventory", needs=("gpu",), timeout_s=90,
+@check("gpu.inventory",
+       emits=("gpu.count", "gpu.driver_version", "gpu.cuda_version", "gpu.model",
+              "gpu.memory_total", "gpu.vbios", "gpu.uuid", "gpu.serial", "gpu.power_limit",
+              "gpu.persistence_mode", "gpu.mig_mode", "gpu.uniform"),
+       needs=("gpu",), timeout_s=90,
        title="GPU count, model, memory, VBIOS, driver and CUDA versions, uniform across GPUs")
 def gpu_inventory(ctx: Context) -> Iterator[Measurement]:
     rep = smi(ctx)
@@ -98,7 +102,8 @@ def _workloads_on_cpu(ctx: Context) -> bool:
     return str((ctx.site.get("workloads") or {}).get("device", "cuda")) == "cpu"
 
 
-@check("nccl.version", needs=("gpu",), timeout_s=90,
+@check("nccl.version", emits=("nccl.version", "nccl.system_version"),
+       needs=("gpu",), timeout_s=90,
        title="NCCL the workloads load (PyTorch's), the system libnccl beside it")
 def nccl_version(ctx: Context) -> Iterator[Measurement]:
     system = _nccl_from_dpkg(ctx) or _nccl_from_ldconfig(ctx)
@@ -113,5 +118,6 @@ def nccl_version(ctx: Context) -> Iterator[Measurement]:
     if system is None:
         raise CheckSkipped("libnccl2 not found (dpkg-query, ldconfig) and PyTorch loads no NCCL")
     # no NCCL of PyTorch's (absent, a CPU build, workloads on CPU): the system library is
-    # the only NCCL on the node
+    # the only NCCL on the node, and the system library a pin asks about
     yield m("nccl.version", system, {"source": "system"})
+    yield m("nccl.system_version", system, {"source": "system"})

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from validation.checks.common import gpu_labels, m, smi
 from validation.checks.registry import Context, check
+from validation.metrics import HEALTH_COUNTERS
 from validation.model import Measurement
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
@@ -73,7 +74,19 @@ def deltas(start: dict[Key, float], end: dict[Key, float]) -> Iterator[Measureme
         yield m(f"health.delta.{counter}", end[key] - start[key], lab)
 
 
-@check("health.delta", needs=("gpu",), timeout_s=120,
+# counters read only where the node has the part (read_counters): an NVSwitch, NVLink, RDMA
+_COUNTER_NEEDS = {"sxid": ("nvswitch",), "nvlink_replay": ("nvlink",),
+                  "nvlink_recovery": ("nvlink",), "nvlink_crc": ("nvlink",),
+                  "ib_errors": ("rdma",), "ib_link_downed": ("rdma",),
+                  "ib_link_recovery": ("rdma",),
+                  # sysfs AER and EDAC are the host's: a VM slice's guest has neither
+                  "aer_correctable": ("bare-metal",), "aer_nonfatal": ("bare-metal",),
+                  "aer_fatal": ("bare-metal",), "edac_uncorrected": ("bare-metal",)}
+
+
+@check("health.delta", emits=(f"health.delta.{k}" for k in HEALTH_COUNTERS),
+       metric_needs={f"health.delta.{k}": v for k, v in _COUNTER_NEEDS.items()},
+       needs=("gpu",), timeout_s=120,
        title="increase of health counters between the start and the end of the run")
 def health_delta(ctx: Context) -> Iterator[Measurement]:
     start = ctx.cache.get("health.start")

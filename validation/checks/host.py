@@ -15,7 +15,10 @@ SMBIOS_TABLE = "/sys/firmware/dmi/tables/DMI"
 EDAC_MC = "/sys/devices/system/edac/mc"
 
 
-@check("host.dimms", needs=("bare-metal",), timeout_s=30,
+@check("host.dimms",
+       emits=("host.dimm_count", "host.memory_total_gib", "host.dimm_size_gib",
+              "host.dimm_speed_mts", "host.dimm_part"),
+       needs=("bare-metal",), timeout_s=30,
        title="DIMMs: count, size and speed against the profile")
 def host_dimms(ctx: Context) -> Iterator[Measurement]:
     path = ctx.path(SMBIOS_TABLE)
@@ -38,7 +41,13 @@ def host_dimms(ctx: Context) -> Iterator[Measurement]:
         yield m("host.dimm_part", d.part or "unknown", lab)
 
 
-@check("host.memory_errors", timeout_s=60,
+@check("host.memory_errors",
+       emits=("host.edac_controllers", "host.edac_uncorrected", "host.edac_corrected",
+              "host.mce_uncorrected", "host.mce_corrected"),
+       # EDAC is the host's memory controllers: a VM slice's guest has none
+       metric_needs={"host.edac_uncorrected": ("bare-metal",),
+                     "host.edac_corrected": ("bare-metal",)},
+       timeout_s=60,
        title="host memory errors: EDAC corrected/uncorrected per DIMM, machine checks")
 def host_memory_errors(ctx: Context) -> Iterator[Measurement]:
     mcs = read_edac(ctx.path(EDAC_MC))
@@ -65,7 +74,8 @@ def host_memory_errors(ctx: Context) -> Iterator[Measurement]:
     yield m("host.mce_corrected", sum(v for k, v in counts.items() if not k[2]))
 
 
-@check("host.membw", needs=("bare-metal",), timeout_s=300,
+@check("host.membw", emits=("host.membw_triad",),
+       needs=("bare-metal",), timeout_s=300,
        title="host memory bandwidth per NUMA node (STREAM-like triad, numpy threads)")
 def host_membw(ctx: Context) -> Iterator[Measurement]:
     try:

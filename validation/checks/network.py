@@ -43,7 +43,10 @@ def ibstat(ctx: Context) -> list[IbCa]:
     return ctx.once("ibstat", make)
 
 
-@check("network.ports", needs=("rdma",), timeout_s=60,
+@check("network.ports",
+       emits=("nic.count", "nic.model", "nic.firmware", "ib.port_state", "ib.phys_state",
+              "ib.rate", "ib.link_layer", "ib.active_mtu"),
+       needs=("rdma",), timeout_s=60,
        title="RDMA NICs: count, model, port state, rate, link layer, active MTU")
 def network_ports(ctx: Context) -> Iterator[Measurement]:
     cas = ibstat(ctx)
@@ -75,7 +78,11 @@ def netdevs(ctx: Context, ca: str) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
-@check("network.roce_qos", needs=("roce",), timeout_s=60,
+@check("network.roce_qos",
+       emits=("roce.trust", "roce.dscp_priority", "roce.pfc_priority_enabled",
+              "roce.pfc_other_priorities", "roce.ecn_np_enabled", "roce.ecn_rp_enabled",
+              "nic.mlxconfig", "nic.mlxconfig_pending", "nccl.ib_tc", "nccl.ib_gid_index"),
+       needs=("roce",), timeout_s=60,
        title="RoCE QoS: trust, DSCP->priority, PFC and ECN on the RoCE priority (mlnx_qos, "
              "sysfs); firmware settings (mlxconfig)")
 def network_roce_qos(ctx: Context) -> Iterator[Measurement]:
@@ -143,7 +150,10 @@ def firmware_settings(ctx: Context, ca: str, wanted: dict[str, int | str]
     yield m("nic.mlxconfig_pending", pending, lab)
 
 
-@check("network.peermem", needs=("rdma", "gpu"), timeout_s=15,
+@check("network.peermem",
+       emits=("kernel.module_loaded", "peermem.ib_core_linked", "kernel.module_current",
+              "kernel.module_sysfs"),
+       needs=("rdma", "gpu"), timeout_s=15,
        title="nvidia-peermem loaded (GPUDirect RDMA), bound to the ib_core in use")
 def network_peermem(ctx: Context) -> Iterator[Measurement]:
     mods = parse_modules(ctx.read("/proc/modules"))
@@ -159,6 +169,9 @@ def network_peermem(ctx: Context) -> Iterator[Measurement]:
     # the loaded modules are the files installed now: DOCA's ib_core, a peermem rebuilt
     # after it. Where sysfs or modinfo cannot say, nothing is measured (not a pass).
     for mod in ("ib_core", "nvidia_peermem"):
+        # a fact: a loaded module always has /sys/module/<m>; only a simulated
+        # /proc/modules (the lab's) lists one the kernel's sysfs lacks
+        yield m("kernel.module_sysfs", ctx.exists(f"/sys/module/{mod}"), {"module": mod})
         loaded, installed = _srcversion(ctx, mod)
         if loaded and installed:
             yield m("kernel.module_current", loaded == installed,

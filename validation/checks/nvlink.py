@@ -19,7 +19,8 @@ _KINDS = {"replay": "nvlink.replay_errors", "recovery": "nvlink.recovery_errors"
           "crc": "nvlink.crc_errors"}
 
 
-@check("nvlink.topology", needs=("gpu", "nvlink", "multi-gpu"), timeout_s=60,
+@check("nvlink.topology", emits=("nvlink.pair_links",),
+       needs=("gpu", "nvlink", "multi-gpu"), timeout_s=60,
        title="NVLinks bonded between every GPU pair (nvidia-smi topo -m)")
 def nvlink_topology(ctx: Context) -> Iterator[Measurement]:
     from validation.probes.nvidia_smi import nv_links
@@ -48,7 +49,8 @@ def _labels(ctx: Context, uuids: dict[int, str]) -> dict[int, dict[str, str]]:
     return {i: by_uuid.get(u) or labels.get(i) or {"gpu": str(i)} for i, u in uuids.items()}
 
 
-@check("nvlink.links", needs=("gpu", "nvlink"), timeout_s=60,
+@check("nvlink.links", emits=("nvlink.links_up", "nvlink.link_speed", *_KINDS.values()),
+       needs=("gpu", "nvlink"), timeout_s=60,
        title="every NVLink up at full speed, error counters")
 def nvlink_links(ctx: Context) -> Iterator[Measurement]:
     state = read_nvlink_status(ctx.run(["nvidia-smi", "nvlink", "-s"],

@@ -12,7 +12,10 @@ from validation.probes.nvme_health import parse_smart_log
 from validation.probes.storage import parse_nvme_list
 
 
-@check("storage.nvme_health", needs=("nvme",), timeout_s=120,
+@check("storage.nvme_health",
+       emits=("nvme.critical_warning", "nvme.media_errors", "nvme.percentage_used",
+              "nvme.temperature", "nvme.error_log_entries"),
+       needs=("nvme",), timeout_s=120,
        title="NVMe SMART: critical warning, media errors, percentage used, temperature")
 def storage_nvme_health(ctx: Context) -> Iterator[Measurement]:
     drives = ctx.once("nvme-list", lambda: parse_nvme_list(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from validation.checks.common import m
 from validation.checks.fabric import NVSWITCH_DIR
 from validation.checks.gpu_health import kernel_log
-from validation.checks.registry import Context, check
+from validation.checks.registry import CheckSkipped, Context, check
 from validation.model import Measurement
 from validation.probes.nvswitch import bus_key, parse_nvswitch_information, parse_sxids
 
@@ -23,7 +23,8 @@ def nvswitches(ctx: Context) -> dict[str, str]:
     return out
 
 
-@check("nvswitch.sxid", needs=("nvswitch",), timeout_s=60,
+@check("nvswitch.sxid", emits=("nvswitch.sxid_fatal", "nvswitch.sxid_nonfatal"),
+       needs=("nvswitch",), timeout_s=60,
        title="NVSwitch SXid events since boot (fatal and non-fatal), per switch")
 def nvswitch_sxid(ctx: Context) -> Iterator[Measurement]:
     switches = nvswitches(ctx)
@@ -31,6 +32,8 @@ def nvswitch_sxid(ctx: Context) -> Iterator[Measurement]:
     # an SXid from a bus id the driver no longer lists still names its switch
     known = {**switches, **{bus_key(e.bus): str(e.instance) for e in events
                             if bus_key(e.bus) not in switches}}
+    if not known:  # nothing to count on: a skip (a failure where the profile needs NVSwitch)
+        raise CheckSkipped(f"no NVSwitch listed in {NVSWITCH_DIR} nor named in the kernel log")
     for bus, minor in sorted(known.items(), key=lambda kv: int(kv[1])):
         mine = [e for e in events if bus_key(e.bus) == bus]
         fatal = [e for e in mine if e.severity != "non-fatal"]  # unknown counts as fatal

@@ -21,7 +21,8 @@ def pci_devices(ctx: Context) -> list[PciDevice]:
     return ctx.once("pci", lambda: read_pci_devices(ctx.path("/sys/bus/pci/devices")))
 
 
-@check("pcie.gpu_link", needs=("gpu",), timeout_s=60,
+@check("pcie.gpu_link", emits=("gpu.pcie_gen", "gpu.pcie_width"),
+       needs=("gpu",), timeout_s=60,
        title="PCIe generation and width of every GPU (DCGM accepts Gen3; the profile decides)")
 def pcie_gpu_link(ctx: Context) -> Iterator[Measurement]:
     for g in smi(ctx).gpus:
@@ -53,7 +54,8 @@ def nics(ctx: Context) -> list[PciDevice]:
     return found
 
 
-@check("pcie.nic_link", needs=("rdma",), timeout_s=30,
+@check("pcie.nic_link", emits=("nic.pcie_gen", "nic.pcie_width"),
+       needs=("rdma",), timeout_s=30,
        title="PCIe generation and width of every ConnectX NIC (sysfs)")
 def pcie_nic_link(ctx: Context) -> Iterator[Measurement]:
     for d in nics(ctx):
@@ -62,7 +64,8 @@ def pcie_nic_link(ctx: Context) -> Iterator[Measurement]:
         yield m("nic.pcie_width", d.width, lab)
 
 
-@check("pcie.numa", needs=("gpu", "rdma"), timeout_s=30,
+@check("pcie.numa", emits=("gpu.local_nics",),
+       needs=("gpu", "rdma"), timeout_s=30,
        title="every GPU has an RDMA NIC on its NUMA node")
 def pcie_numa(ctx: Context) -> Iterator[Measurement]:
     by_addr = {d.address: d for d in pci_devices(ctx)}
@@ -75,7 +78,8 @@ def pcie_numa(ctx: Context) -> Iterator[Measurement]:
                 {**gpu_labels(g), "numa": str(node)})
 
 
-@check("pcie.acs", needs=("rdma",), timeout_s=60,
+@check("pcie.acs", emits=("pcie.acs_enabled",),
+       needs=("rdma",), timeout_s=60,
        title="ACS redirect off on PCIe bridges (GPUDirect P2P/RDMA)")
 def pcie_acs(ctx: Context) -> Iterator[Measurement]:
     devices = parse_lspci_vvv(ctx.run(["lspci", "-vvv"], timeout_s=60, artifact="lspci-vvv.txt"))
@@ -85,7 +89,8 @@ def pcie_acs(ctx: Context) -> Iterator[Measurement]:
             yield m("pcie.acs_enabled", on, {"bridge": d.address})
 
 
-@check("pcie.launch_map", needs=("gpu", "rdma"), timeout_s=60,
+@check("pcie.launch_map", emits=("launch.rank_binding", "launch.nic_path", "launch.switch_nics"),
+       needs=("gpu", "rdma"), timeout_s=60,
        title="launch map: each local rank's GPU, the compute NIC behind its PCIe switch "
              "(else on its NUMA node), its NUMA node and CPU share")
 def pcie_launch_map(ctx: Context) -> Iterator[Measurement]:

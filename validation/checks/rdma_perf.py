@@ -88,7 +88,8 @@ def _launch_map(ctx: Context) -> launch_map.LaunchMap | None:
         return None
 
 
-@check("rdma.gpudirect_bw", needs=("gpu", "rdma"), levels=("standard", "burnin"),
+@check("rdma.gpudirect_bw", emits=("rdma.gpudirect_bw_gbps",),
+       needs=("gpu", "rdma"), levels=("standard", "burnin"),
        timeout_s=1800, title="GPUDirect RDMA write bandwidth per compute ConnectX rail "
                              "(perftest ib_write_bw --use_cuda, loopback on the node)")
 def gpudirect_bw(ctx: Context) -> Iterator[Measurement]:

@@ -50,6 +50,13 @@ class CheckSpec:
     levels: tuple[str, ...]
     timeout_s: float
     title: str
+    # the metrics it measures: a threshold on one of them that the check, having run, did
+    # not emit fails the node as "not measured" (validation.judge), unless a probe fact
+    # the profile names explains it
+    emits: tuple[str, ...] = ()
+    # needs of one metric beyond the check's own (health.delta's SXid counter needs an
+    # NVSwitch): where the profile does not require them the metric is not applicable
+    metric_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, CheckSpec] = {}
@@ -62,10 +69,15 @@ def check(
     levels: tuple[str, ...] = LEVELS,
     timeout_s: float = 120,
     title: str = "",
+    emits: Iterable[str] = (),
+    metric_needs: dict[str, tuple[str, ...]] | None = None,
 ) -> Callable[[CheckFn], CheckFn]:
     unknown = set(needs) - set(NEEDS)
+    unknown |= {n for ns in (metric_needs or {}).values() for n in ns} - set(NEEDS)
     if unknown:
         raise ValueError(f"check {name}: unknown needs {sorted(unknown)}")
+    emits = tuple(emits)
+    _known_metrics(name, (*emits, *(metric_needs or {})))
     bad_levels = set(levels) - set(LEVELS)
     if bad_levels:
         raise ValueError(f"check {name}: unknown levels {sorted(bad_levels)}")
@@ -75,10 +87,47 @@ def check(
             raise ValueError(f"check {name} registered twice")
         doc = (fn.__doc__ or "").strip().splitlines()
         _REGISTRY[name] = CheckSpec(name, fn, tuple(needs), tuple(levels), float(timeout_s),
-                                    title or (doc[0] if doc else name))
+                                    title or (doc[0] if doc else name), emits,
+                                    dict(metric_needs or {}))
         return fn
 
     return register
+
+
+def _known_metrics(where: str, names: Iterable[str]) -> None:
+    from validation import metrics  # the registry of names; imports nothing of the checks
+
+    unknown = sorted(set(names) - set(metrics.METRICS))
+    if unknown:
+        raise ValueError(f"check {where}: emits unknown metrics {unknown}")
+
+
+def family(prefix: str) -> tuple[str, ...]:
+    """Every registered metric whose name starts with prefix (a workload's own metrics)."""
+    from validation import metrics
+
+    return tuple(n for n in metrics.METRICS if n.startswith(prefix))
+
+
+# Checks the controller runs, not the node: the out-of-band read of the BMC
+# (rackready/steps/oob.py and envelope.py: the check "bmc") and the rack step's cross-node
+# collectives (rackready/steps/rack.py, judged by rackready.decide.rack, never per node).
+CONTROLLER_CHECKS: dict[str, tuple[str, ...]] = {
+    "bmc": ("bmc.",),
+    "rack": ("rack.",),
+}
+RACK_CHECK = "rack"
+
+
+def measured_by(metric: str) -> list[CheckSpec]:
+    """The checks that measure a metric: the node's (by their emits), then the
+    controller's (a pseudo-spec holding its name and the bmc need)."""
+    found = [c for c in all_checks().values() if metric in c.emits]
+    for name, prefixes in CONTROLLER_CHECKS.items():
+        if metric.startswith(prefixes):
+            found.append(CheckSpec(name, lambda ctx: (), (name,) if name in NEEDS else (),
+                                   LEVELS, 0.0, name, (metric,)))
+    return found
 
 
 def all_checks() -> dict[str, CheckSpec]:

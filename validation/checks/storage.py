@@ -14,7 +14,8 @@ from validation.probes.system import parse_mounts
 BOOT_MODELS = ("BOSS", "NS204")
 
 
-@check("storage.nvme", needs=("nvme",), timeout_s=60, title="NVMe data drive count and model")
+@check("storage.nvme", emits=("nvme.count", "nvme.model"),
+       needs=("nvme",), timeout_s=60, title="NVMe data drive count and model")
 def storage_nvme(ctx: Context) -> Iterator[Measurement]:
     drives = parse_nvme_list(ctx.run(["nvme", "list", "-o", "json"], timeout_s=30,
                                      artifact="nvme-list.json"))
@@ -24,7 +25,8 @@ def storage_nvme(ctx: Context) -> Iterator[Measurement]:
         yield m("nvme.model", d.model, {"device": d.device, "serial": d.serial})
 
 
-@check("storage.raid", needs=("raid",), timeout_s=30,
+@check("storage.raid", emits=("raid.assembled", "raid.degraded", "raid.mounted"),
+       needs=("raid",), timeout_s=30,
        title="/raid md array assembled, not degraded, mounted")
 def storage_raid(ctx: Context) -> Iterator[Measurement]:
     mount_point = str(ctx.profile.inventory.get("raid", {}).get("mount", "/raid"))

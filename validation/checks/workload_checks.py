@@ -23,7 +23,7 @@ from typing import Any
 
 from validation import budgets, procs
 from validation.checks.common import smi
-from validation.checks.registry import CheckSkipped, Context, check
+from validation.checks.registry import CheckSkipped, Context, check, family
 from validation.model import Measurement
 from validation.probes import nccl_tests
 from validation.workloads import fsdp_plan
@@ -151,7 +151,9 @@ def _run(
     except WorkloadFailed as e:
         raise RuntimeError(str(e)) from None
     rel = str(log.relative_to(ctx.out))
-    return [Measurement(m.name, m.value, m.unit, m.labels, rel) for m in ms]
+    # a probe fact: where the workload ran (GPU telemetry and PyTorch's NCCL exist on cuda)
+    device = Measurement("workload.device", _device(ctx), "", {"workload": module})
+    return [*(Measurement(m.name, m.value, m.unit, m.labels, rel) for m in ms), device]
 
 
 KILL_MARGIN_S = 10.0
@@ -208,6 +210,7 @@ BURNIN_OVERHEAD_S = 10.0
 
 @check(
     "gemm_burnin",
+    emits=(*family("gemm."), "workload.device"),
     needs=("gpu", "torch"),
     timeout_s=5 * 3600,
     title="GEMM burn-in on every GPU at once, with telemetry and an SDC screen",
@@ -240,6 +243,7 @@ def _keep_aside(log: Path) -> None:
 
 @check(
     "hbm",
+    emits=(*family("hbm."), "workload.device"),
     needs=("gpu", "torch"),
     timeout_s=3600,
     title="HBM bandwidth and pattern test on every GPU",
@@ -253,6 +257,8 @@ def hbm(ctx: Context) -> Iterator[Measurement]:
 
 @check(
     "collectives",
+    emits=("nccl.busbw", "nccl.algbw", "nccl.correct", "nccl.pair_busbw",
+           "nccl.torch_version", "workload.device"),
     needs=("gpu", "multi-gpu", "torch"),
     timeout_s=3600,
     title="NCCL collectives: busbw over a size sweep, correctness, every GPU pair",
@@ -278,6 +284,7 @@ def nccl_tests_dir(ctx: Context) -> Path:
 
 @check(
     "nccl_tests",
+    emits=("nccl.busbw", "nccl.algbw", "nccl.correct", "nccl_tests.version"),
     needs=("gpu", "multi-gpu", "nccl-tests"),
     # quick keeps to the torch sweep (a minutes budget); the acceptance levels run both
     levels=("standard", "burnin"),
@@ -329,6 +336,8 @@ def nccl_tests_version(text: str) -> str | None:
 
 @check(
     "host_transfers",
+    emits=("host.h2d_bandwidth", "host.d2h_bandwidth", "host.bidir_bandwidth", "p2p.bandwidth",
+           "workload.device"),
     needs=("gpu", "torch"),
     timeout_s=1800,
     title="Pinned H2D/D2H/bidirectional per GPU from its NUMA node, and P2P per GPU pair",
@@ -338,7 +347,11 @@ def host_transfers(ctx: Context) -> Iterator[Measurement]:
 
 
 @check(
-    "storage_fio", needs=("raid", "fio"), timeout_s=1800, title="fio sequential read/write on /raid"
+    "storage_fio",
+    emits=("storage.fio_read", "storage.fio_write"),
+    needs=("raid", "fio"),
+    timeout_s=1800,
+    title="fio sequential read/write on /raid",
 )
 def storage_fio(ctx: Context) -> Iterator[Measurement]:
     from validation.workloads.storage import run_fio
@@ -353,6 +366,7 @@ def storage_fio(ctx: Context) -> Iterator[Measurement]:
 
 @check(
     "storage_ckpt",
+    emits=("storage.ckpt_write", "storage.ckpt_read"),
     needs=("raid",),
     timeout_s=1800,
     title="Checkpoint-shaped parallel write/read on /raid",
@@ -426,6 +440,9 @@ def _is_oom(message: str) -> bool:
 
 @check(
     "fsdp_reference",
+    # the rack deviation is the fleet's (rackready.decide.fleet), not this node's
+    emits=(*(n for n in family("fsdp.") if n != "fsdp.loss_rack_deviation"),
+           "launch.rank_binding", "workload.device"),
     needs=("gpu", "torch"),
     timeout_s=3 * 3600,
     title="Reference FSDP2 training job: throughput, MFU, loss curve, checkpoint round trip",

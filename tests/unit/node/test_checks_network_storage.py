@@ -75,15 +75,20 @@ def test_roce_qos(tmp_path):
         "trust state: dscp", "trust state: pcp").replace(
         "enabled     0   0   0   1", "enabled     1   0   0   0")
     bad = fails(run("network.roce_qos", ctx), ctx)
-    assert sorted(v.metric for v in bad) == ["roce.pfc_other_priorities",
+    # under trust pcp the DSCP map is neither shown nor used: not measured, a failure too
+    assert sorted(v.metric for v in bad) == ["roce.dscp_priority", "roce.pfc_other_priorities",
                                              "roce.pfc_priority_enabled", "roce.trust"]
-    assert all(v.labels["netdev"] == "ens1np0" for v in bad)
+    assert all(v.labels["netdev"] == "ens1np0" for v in bad if "not measured" not in v.message)
 
 
 def test_peermem(tmp_path):
     ctx = ib_ctx(tmp_path)
     bad = fails(run("network.peermem", ctx), ctx)
-    assert [v.labels["module"] for v in bad] == ["nvidia_peermem"]
+    # not loaded: what a loaded peermem is judged on is not measured either, a failure too
+    assert [(v.metric, v.labels.get("module")) for v in bad] == [
+        ("kernel.module_loaded", "nvidia_peermem"), ("peermem.ib_core_linked", "nvidia_peermem"),
+        ("kernel.module_current", None)]
+    assert all("not measured" in v.message for v in bad[1:])
     (ctx.sysroot / "proc/modules").write_text("nvidia_peermem 1 0 - Live 0x0\n")
     # loaded, but ib_core does not list it as a user: not bound to the ib_core in use
     assert [v.metric for v in fails(run("network.peermem", ctx), ctx)] == \
@@ -130,8 +135,9 @@ def test_nvme_count_and_boot_drive_excluded(tmp_path):
     (RAID0, True, set()),
     (RAID0, False, {"raid.mounted"}),
     (RAID5_DEGRADED, True, {"raid.degraded"}),
+    # no array: its missing members cannot be counted (not measured, a failure too)
     ("Personalities : [raid0]\nunused devices: <none>\n", False,
-     {"raid.assembled", "raid.mounted"}),
+     {"raid.assembled", "raid.mounted", "raid.degraded"}),
 ])
 def test_raid(tmp_path, mdstat, mounted, expect):
     ctx = make_ctx(tmp_path, profile=load_profile("xe9680-h200"))
@@ -147,4 +153,4 @@ def test_raid_without_md_driver(tmp_path):
     ctx = make_ctx(tmp_path, profile=load_profile("xe9680-h200"))
     (ctx.sysroot / "proc/mounts").write_text("/dev/sda1 / ext4 rw 0 0\n")
     assert {v.metric for v in fails(run("storage.raid", ctx), ctx)} == \
-        {"raid.assembled", "raid.mounted"}
+        {"raid.assembled", "raid.mounted", "raid.degraded"}

@@ -114,7 +114,8 @@ def test_a_provisioned_nodes_pin_judges_the_system_library_too(tmp_path, monkeyp
 def test_without_pytorchs_nccl_the_system_library_is_judged_as_before(tmp_path, monkeypatch):
     profile = one_gpu_profile()
     res = _nccl(tmp_path, monkeypatch, profile, None)  # torch absent or a CPU build
-    assert [(m.name, m.value) for m in res.measurements] == [("nccl.version", "2.28.3")]
+    assert [(m.name, m.value) for m in res.measurements] == [("nccl.version", "2.28.3"),
+                                                             ("nccl.system_version", "2.28.3")]
     assert outcomes([res], profile)[("nccl.version", "nccl.version")] == "fail"
 
 
@@ -128,7 +129,8 @@ def test_workloads_on_cpu_load_no_nccl_so_torch_is_not_asked(tmp_path, monkeypat
                **{"dpkg-query_-W": "2.28.9-1+cuda13.0"})
     res = run_check(all_checks()["nccl.version"], ctx, profile.required_needs())
     assert res.status == "ok"
-    assert [(m.name, m.value) for m in res.measurements] == [("nccl.version", "2.28.9")]
+    assert [(m.name, m.value) for m in res.measurements] == [("nccl.version", "2.28.9"),
+                                                             ("nccl.system_version", "2.28.9")]
 
 
 def test_torch_nccl_version_of_a_cpu_build_is_none():

@@ -161,3 +161,102 @@ def test_to_dict_is_what_dataclasses_asdict_gives_field_for_field():
     d["labels"]["gpu"] = "9"
     d["threshold"]["value"].append(3)
     assert objs[4].labels == {"gpu": "0"} and threshold.value == [1, 2]
+
+
+# --- a limit no measurement met: judged from why, never the silent pass -------------------
+
+def _reasons(results, profile=PROFILE):
+    return {(v.metric, v.outcome): v.message for v in judge(results, profile)
+            if v.threshold is not None and v.value is None}
+
+
+def test_a_check_that_ran_ok_but_emitted_nothing_fails_as_not_measured_naming_it():
+    ran = res(check="gpu.inventory", ms=(Measurement("gpu.model", "NVIDIA H200", "", gpu(0)),))
+    v = [x for x in judge([ran], PROFILE) if x.metric == "gpu.count"]
+    assert [(x.check, x.outcome) for x in v] == [("gpu.inventory", "fail")]
+    assert "gpu.count not measured: gpu.inventory ran and reported no gpu.count" in v[0].message
+    assert "GPU is missing" in v[0].remediation  # the metric's own remediation
+
+
+def test_each_not_applicable_reason_names_its_fact():
+    lab = load_profile("xe9680-h200-lab")
+    ran = [res(check="gpu.health", ms=tuple(Measurement(n, v, "", gpu(0)) for n, v in (
+               ("gpu.ecc_mode", "Enabled"), ("gpu.retired_pages_reported", False)))),
+           res(check="gemm_burnin", needs=("gpu", "torch"), ms=(
+               Measurement("gemm.tflops", 1.0, "TFLOP/s", {"gpu": "0", "dtype": "bf16"}),
+               Measurement("workload.device", "cpu", "", {"workload": "gemm_burnin"}))),
+           res(check="storage.raid", status="skipped", needs=("raid",), msg="no /raid")]
+    got = _reasons(ran, scope(lab, without=("raid",)))
+    # a probe fact the profile names (_common.yml, _lab_facts.yml)
+    assert "gpu.retired_pages_reported = False" in got[("gpu.retired_pages", "not_applicable")]
+    assert "workload.device = cpu" in got[("gemm.telemetry_ok", "not_applicable")]
+    # the profile does not require what the check needs, with the check's own words
+    assert got[("raid.mounted", "not_applicable")].endswith(
+        "the profile does not require raid (storage.raid skipped: no /raid)")
+    # a check that is not part of this run (its levels)
+    assert "dcgm.diag is not part of this run (dcgm.diag runs at the standard, burnin" in \
+        got[("dcgm.diag_result", "not_applicable")]
+    # a label the level chooses: what the check ran instead
+    assert "gemm_burnin ran dtype bf16" in got[("gemm.tflops", "not_applicable")]
+    # the rack step's limits are judged across nodes
+    assert "rack step" in got[("rack.pair_busbw", "not_applicable")]
+    assert not [m for m in got.values() if "not measured in this run" in m]
+
+
+def test_a_fact_explains_only_where_every_reading_holds_it():
+    lab = load_profile("xe9680-h200-lab")
+    mixed = res(check="gemm_burnin", needs=("gpu", "torch"), ms=(
+        Measurement("gemm.tflops", 1.0, "TFLOP/s", {"gpu": "0", "dtype": "bf16"}),
+        Measurement("workload.device", "cpu", "", {"workload": "a"}),
+        Measurement("workload.device", "cuda", "", {"workload": "b"})))
+    got = _reasons([mixed], lab)
+    assert "not measured: gemm_burnin ran and reported no gemm.telemetry_ok" in \
+        got[("gemm.telemetry_ok", "fail")]
+    # the CPU fact is the lab's alone: a real profile fails the same run
+    cpu = res(check="gemm_burnin", needs=("gpu", "torch"), ms=mixed.measurements[:2])
+    assert ("gemm.telemetry_ok", "fail") in _reasons([cpu], load_profile("xe9680-h200"))
+
+
+def test_a_required_check_that_did_not_run_says_so_on_its_limits_and_fails_once():
+    v = judge([res(check="gpu.inventory", status="error", msg="boom")], PROFILE)
+    assert [x.metric for x in v if x.outcome == "fail"] == ["check.status"]
+    count = next(x for x in v if x.metric == "gpu.count")
+    assert "required check gpu.inventory crashed" in count.message
+
+
+def test_a_metric_need_the_profile_does_not_require_is_not_applicable():
+    ran = res(check="health.delta", ms=(Measurement("health.delta.xid_hardware", 0, "", gpu(0)),))
+    got = _reasons([ran], scope(load_profile("xe9680-h200"), without=("nvswitch",)))
+    assert got[("health.delta.sxid", "not_applicable")].endswith(
+        "the profile does not require nvswitch")
+    assert ("health.delta.sxid", "fail") in _reasons([ran])  # required: not measured fails
+
+
+def test_every_limit_of_every_profile_has_a_check_that_measures_it():
+    from tests.unit.profile_dump import SITES
+    from validation.checks.registry import all_checks, measured_by
+    from validation.profile import list_profiles, with_site
+
+    for name in list_profiles():
+        for site in (SITES["ib"], {**SITES["ib"], **SITES["roce"]}):
+            for t in with_site(load_profile(name), site).thresholds:
+                assert measured_by(t.metric), (name, t.metric)
+    # every check says what it measures; a rule's fact is a probe fact some check emits
+    assert all(c.emits for c in all_checks().values())
+    for name in list_profiles():
+        for rule in load_profile(name).not_applicable:
+            assert measured_by(rule.fact), rule
+
+
+def test_a_not_applicable_rule_is_refused_unless_it_names_a_probe_fact_and_a_reason():
+    from validation.profile import ProfileError, check_not_applicable
+
+    ok = {"metrics": ["gpu.retired_pages"], "fact": "gpu.retired_pages_reported",
+          "value": False, "reason": "row remapping"}
+    assert check_not_applicable(ok, "t").fact == "gpu.retired_pages_reported"
+    for bad, words in (({**ok, "fact": "gpu.count"}, "judged metric"),
+                       ({**ok, "metrics": ["gpu.nope"]}, "unknown metric"),
+                       ({**ok, "reason": " "}, "needs a value and a reason"),
+                       ({**ok, "why": "x"}, "mapping of metrics")):
+        with pytest.raises(ProfileError, match=words):
+            check_not_applicable(bad, "t")

@@ -19,6 +19,7 @@ import pytest
 
 from rackready.report import build_reports
 from rackready.report.render.pdf import find_chromium
+from tests.unit.real_run_suite import judge_as_its_suite
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "h200x2-quick-result.json.gz"
 
@@ -32,15 +33,10 @@ def _run_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True, scope="module")
 def _the_fixture_suites_checks():
-    """The controller expects every check of its own suite at the run's level; checks added
-    to the quick level after this run was captured (the host-health checks, ...) were never
-    the real run's to report. Judge it against the checks its own suite ran, so the report
-    shows the run's true failures rather than INCOMPLETE for checks it could not know."""
-    from rackready.decide import node as judging
-
-    ran = [c["check"] for c in json.loads(gzip.decompress(FIXTURE.read_bytes()))["checks"]]
+    """Judged as its own suite knew it (tests/unit/real_run_suite.py): the report shows the
+    run's true failures, not INCOMPLETE or "not measured" for what it could not know."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(judging, "expected_checks", lambda level, only: list(only or ran))
+        judge_as_its_suite(mp)
         yield
 
 

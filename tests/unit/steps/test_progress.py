@@ -156,12 +156,18 @@ def test_terminal_lines_are_cut_to_the_width(monkeypatch):
 # -- check_verdict: the controller's judge on one check ----------------------------------
 
 def real_run() -> tuple[dict, object]:
-    """The real 2x H200 quick run and its profile, narrowed as that run was."""
+    """The real 2x H200 quick run and its profile, narrowed as that run was and to the
+    metrics its suite emitted (tests/unit/real_run_suite.py)."""
+    from dataclasses import replace
+
+    from tests.unit.real_run_suite import NOT_YET_EMITTED
+
     res = json.loads(gzip.decompress(REAL_RUN.read_bytes()))
     sc = res["scope"]
     profile = with_site(scope(load_profile(res["profile"]), sc["gpus"], tuple(sc["without"])),
                         {})
-    return res, profile
+    return res, replace(profile, thresholds=tuple(t for t in profile.thresholds
+                                                  if t.metric not in NOT_YET_EMITTED))
 
 
 def test_check_verdicts_of_the_real_run():
@@ -185,8 +191,13 @@ def result(check: str, status: str = "ok", needs=("gpu",), **meas) -> dict:
 
 def test_check_verdict_rules():
     profile = load_profile("xe9680-h200")
-    assert check_verdict(result("gpu.inventory", gpu_count=8), profile) == "PASS"
-    assert check_verdict(result("gpu.inventory", gpu_count=7), profile) == "FAIL"
+    nouveau = result("kernel.nouveau")
+    for loaded, word in ((False, "PASS"), (True, "FAIL")):
+        nouveau["measurements"] = [{"name": "kernel.nouveau_loaded", "value": loaded,
+                                    "unit": "", "labels": {}}]
+        assert check_verdict(nouveau, profile) == word
+    # a GPU count alone: the rest gpu.inventory measures (model, memory...) went missing
+    assert check_verdict(result("gpu.inventory", gpu_count=8), profile) == "FAIL"
     # a required check that could not run fails; one that crashed or hung is ERROR
     assert check_verdict(result("gpu.inventory", "skipped"), profile) == "FAIL"
     assert check_verdict(result("gpu.inventory", "error"), profile) == "ERROR"
@@ -195,8 +206,8 @@ def test_check_verdict_rules():
     nvl = load_profile("dl380a-gen12-h200nvl")
     assert check_verdict(result("fabric.state", "skipped", ("gpu", "nvswitch")), nvl) == "N/A"
     assert check_verdict(result("fabric.state", "error", ("gpu", "nvswitch")), nvl) == "N/A"
-    # ran ok but measured nothing a limit applies to: nothing judged is not a pass
-    assert check_verdict(result("gpu.inventory", gpu_serial="1654"), profile) == "N/A"
+    # ran ok but measured nothing a limit applies to: not measured, a failure (never a pass)
+    assert check_verdict(result("gpu.inventory", gpu_serial="1654"), profile) == "FAIL"
     # a result the controller cannot read
     assert check_verdict({"status": "ok"}, profile) == "ERROR"
 

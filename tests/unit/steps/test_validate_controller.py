@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -54,10 +55,15 @@ def rack(tmp_path, monkeypatch):
     # what the roles set on a provisioned node; the venv is this test's interpreter
     roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
     lab = {"profile": "xe9680-h200-lab", "validation_without": ("bmc",)}  # no BMC here
+    # the compute NICs as the inventory names them (rdma_network_mlx_devices): without them
+    # none is compute, and their link-flap counters go unmeasured (a failure)
+    ib = sim.sysroot / "sys/class/infiniband"
+    nics = tuple(sorted(Path(os.readlink(d / "device")).name for d in ib.iterdir()))
     nodes = {
         # the inventory states gpu01's hostname (rackready_hostname): the suite runs here
         "gpu01": dataclasses.replace(good.node, name="gpu01", **lab,
                                      sysroot=str(sim.sysroot), fabric="roce",
+                                     rdma_devices=nics,
                                      provisioned=roles, hostname=socket.gethostname()),
         "gpu02": dataclasses.replace(bad.node, name="gpu02", **lab),
         "gpu03": dataclasses.replace(good.node, name="gpu03", **lab,
