@@ -3,6 +3,8 @@
 A node's suite runs as a Slurm job of its own: `srun` on the submit host, exclusive on
 that node, so its stdout (the event stream) comes back through the same pump as over
 SSH; the bundle is shipped to the node and the results fetched from it as before.
+srun's stderr carries the job's own stderr too, so nothing in it is Slurm's word: the job's
+id and state come from squeue on the submit host, by the job name the controller chose.
 Drain and resume go through scontrol there, with validation.drain's rule (a node drained
 by anyone else is left as it is). Everything a Slurm command prints is untrusted text:
 one sanitized line where it reaches a problem.
@@ -13,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import secrets
 import shlex
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, field
 
 import paramiko
 
@@ -25,8 +30,20 @@ from rackready.site.slurm import SlurmSite
 from validation.drain import DrainError, NodeState, Scontrol, parse_show_node
 
 JOB_MARK = "rackready-slurm-job"  # the job's first stderr line: "<mark> <job id>"
-_JOB_LINE = re.compile(rf"^{JOB_MARK} (\d+)$")
-_QUEUED = re.compile(r"^srun: job (\d+) queued and waiting for resources")
+# Lines on srun's stderr: only a cue to show the state squeue gave; their numbers are never
+# read (the node writes to the same stream and could name another node's job).
+_JOB_LINE = re.compile(rf"^{JOB_MARK} \d+$")
+_QUEUED = re.compile(r"^srun: job \d+ queued and waiting for resources")
+# A job still pending this long after submission never started: the scheduler's state,
+# reported with squeue's reason and cancelled. Pending reasons that cannot clear by waiting
+# (the node down, not responding, drained, reserved for others, not in the partition) are
+# given HOPELESS_S to be seen twice; squeue is asked every POLL_S until the job runs.
+PENDING_S = 45.0
+HOPELESS_S = 6.0
+POLL_S = 2.0
+_HOPELESS = ("ReqNodeNotAvail", "NodeDown", "PartitionNodeLimit", "PartitionDown",
+             "PartitionInactive", "PartitionConfig", "BadConstraints", "InvalidQOS",
+             "InvalidAccount", "AccountNotAllowed", "QOSNotAllowed")
 # Slurm's own words for a job that ended without finishing (slurmstepd/srun on stderr)
 _ENDED = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+))?"
                     r"|srun: error: (.+)|srun: (Force Terminated job.*|Job step aborted.*)")
@@ -116,6 +133,24 @@ class SubmitHost:
         with contextlib.suppress(SlurmError):  # gone already: the node's kill still ran
             self.run(["scancel", job_id])
 
+    def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
+        """(id, state, reason) of the submit user's jobs named name, finished ones too while
+        slurmctld keeps them (MinJobAge), oldest first."""
+        out = self.run(["squeue", "--noheader", f"--user={self.site.submit.user}",
+                        f"--name={name}", "--states=all", "--format=%i|%T|%r"])
+        jobs = []
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3 and parts[0].isdigit():
+                why = one_line(parts[2])
+                jobs.append((parts[0], one_line(parts[1]), "" if why == "None" else why))
+        return sorted(jobs, key=lambda j: int(j[0]))
+
+    def cancel_named(self, name: str) -> None:
+        """Cancels the submit user's jobs of this name: a job not yet seen by squeue too."""
+        with contextlib.suppress(SlurmError):
+            self.run(["scancel", f"--user={self.site.submit.user}", f"--name={name}"])
+
     def reserve(self, name: str, nodes: list[str], minutes: int) -> None:
         """A maintenance reservation on the nodes for the run's jobs only, so no other job
         lands on a node that --drain resumes before its verdict."""
@@ -156,7 +191,13 @@ class RemoteScontrol(Scontrol):
 
 @dataclass
 class SlurmLaunch:
-    """How one node's suite goes through Slurm (rackready.remote.session uses it)."""
+    """How one node's suite goes through Slurm (rackready.remote.session uses it).
+
+    The job is known by the name the controller gave it (`--job-name`, unique to the
+    launch); its id and state come from squeue on the submit host, never from the stream.
+    From command() on, a watcher asks squeue until the job runs: a job pending past
+    PENDING_S (HOPELESS_S for a reason that waiting cannot clear) is cancelled and is
+    `never_started`, the scheduler's state rather than the node's."""
 
     host: SubmitHost
     node: str
@@ -164,11 +205,24 @@ class SlurmLaunch:
     reservation: str = ""
     job_id: str = ""
     last_slurm_line: str = ""
+    never_started: str = ""  # why the job never ran, in Slurm's words
+    pending_s: float = PENDING_S
+    hopeless_s: float = HOPELESS_S
+    poll_s: float = POLL_S
+    job_name: str = ""
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _watcher: threading.Thread | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.job_name:
+            node = re.sub(r"[^A-Za-z0-9._-]", "-", self.node)[:64]
+            self.job_name = f"rackready-validate-{node}-{secrets.token_hex(4)}"
 
     def command(self, inner: str) -> str:
         """srun on the submit host: one task, the whole node, the run's time limit; the
-        job first names itself on stderr, then runs the session's command as given."""
-        opts = ["srun", "--job-name=rackready-validate", f"--nodelist={self.node}",
+        job first marks its start on stderr, then runs the session's command as given.
+        Starts the watcher (the command runs next)."""
+        opts = ["srun", f"--job-name={self.job_name}", f"--nodelist={self.node}",
                 "--nodes=1", "--ntasks=1", "--exclusive", "--export=NONE", "--unbuffered",
                 f"--time={max(1, math.ceil(self.deadline_s / 60)) + 1}"]
         if self.host.site.partition:
@@ -177,26 +231,75 @@ class SlurmLaunch:
             opts.append(f"--reservation={self.reservation}")
         script = (f'export PATH={PATH}; printf "{JOB_MARK} %s\\n" "$SLURM_JOB_ID" >&2; '
                   'exec /bin/sh -c "$1"')
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name=f"slurm-{self.node}")
+            self._watcher.start()
         return " ".join(shlex.quote(a) for a in [*opts, "/bin/sh", "-c", script,
                                                    "rackready", inner])
 
+    def _watch(self) -> None:
+        """Until the job is seen running or ended: its id, and a pending job's end."""
+        start = time.monotonic()
+        hopeless = 0
+        limit = start + self.deadline_s + self.pending_s + 60  # a session that never ends
+        while not self._done.wait(self.poll_s) and time.monotonic() < limit:
+            try:
+                jobs = self.host.jobs_named(self.job_name)
+            except SlurmError:
+                continue  # asked again; without an id, stop() still cancels by name
+            if not jobs:
+                continue
+            job_id, state, why = jobs[0]
+            self.job_id = self.job_id or job_id
+            if state != "PENDING":
+                return  # running or ended: the session's own end says the rest
+            hopeless = hopeless + 1 if why.startswith(_HOPELESS) else 0
+            waited = time.monotonic() - start
+            if waited >= self.pending_s or (hopeless >= 2 and waited >= self.hopeless_s):
+                self.never_started = (f"Slurm job {self.job_id} never started: PENDING"
+                                      f"{f' ({why})' if why else ''} after {waited:.0f} s; "
+                                      "cancelled")
+                self.host.cancel_named(self.job_name)
+                return
+
+    def finish(self) -> None:
+        """The session is over: the watcher stops; a job it never saw is looked up once
+        (a short job can run and end between two polls)."""
+        self._done.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=self.host.timeout_s + self.poll_s)
+        if self._watcher is None or self.job_id or self.never_started:
+            return
+        try:
+            jobs = self.host.jobs_named(self.job_name)
+        except SlurmError:
+            return
+        if jobs:
+            self.job_id = jobs[0][0]
+        else:  # Slurm never had a job of this name: srun was refused before any ran
+            self.never_started = ("Slurm ran no job"
+                                  + (f": {self.last_slurm_line}" if self.last_slurm_line
+                                     else ""))
+
     def stderr_line(self, line: str) -> str | None:
-        """Notes a line of srun's stderr; returns a status for the board, if any."""
-        job = _JOB_LINE.match(line)
-        if job:
-            self.job_id = job.group(1)
-            return f"running as Slurm job {self.job_id}"
-        queued = _QUEUED.match(line)
-        if queued:
-            self.job_id = queued.group(1)
-            return f"queued in Slurm (job {self.job_id})"
+        """Notes a line of srun's stderr; returns a status for the board, if any. A job id
+        in the line is never taken: the status names the id squeue gave, if any yet."""
+        job = f" {self.job_id}" if self.job_id else ""
+        if _JOB_LINE.match(line):
+            return f"running as Slurm job{job}"
+        if _QUEUED.match(line):
+            return f"queued in Slurm{f' (job{job})' if job else ''}"
         if _ENDED.search(line):
             self.last_slurm_line = one_line(line)
         return None
 
     def problem(self) -> str:
-        """Why the job left no result, in Slurm's words: its state and reason where Slurm
-        still has the job, else srun's own last error line."""
+        """Why the job left no result, in Slurm's words: a job that never started, its
+        state and reason where Slurm still has the job, else srun's own last error line."""
+        self.finish()
+        if self.never_started:
+            return self.never_started
         state, why = self.host.job(self.job_id) if self.job_id else ("", "")
         if state and state not in ("COMPLETED", "RUNNING", "COMPLETING"):
             job = f"Slurm job {self.job_id} {state}" + (f" ({why})" if why else "")
@@ -206,5 +309,7 @@ class SlurmLaunch:
         return ""
 
     def stop(self) -> None:
-        if self.job_id:
-            self.host.cancel(self.job_id)
+        """Cancels this launch's own job: by the name it chose, so a job squeue has not
+        shown yet is cancelled too, and never a job some line of the stream named."""
+        self._done.set()
+        self.host.cancel_named(self.job_name)

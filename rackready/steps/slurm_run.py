@@ -6,6 +6,11 @@ with their reason; it is never touched). A node rackready drained is left out to
 lands on it before its verdict). After the controller has judged: with --drain a FAIL or
 INCOMPLETE node is drained with one line naming what failed, a node rackready drained that
 now passes is resumed (validation.drain's rule), and the reservation is removed.
+
+Draining is for what a node itself failed. A node Slurm cannot run a job on (unknown to it,
+DOWN, NOT_RESPONDING, FUTURE) and a node whose job never started (pending with squeue's
+reason, cancelled; rackready.remote.slurm) are the scheduler's state: INCOMPLETE with
+Slurm's words and never drained by the run (`scheduler`).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class SlurmRun:
     actions: dict[str, str] = field(default_factory=dict)  # node -> what Slurm was told
     jobs: dict[str, str] = field(default_factory=dict)  # node -> its job's id
     rack_jobs: list[str] = field(default_factory=list)  # the rack step's allocations
+    scheduler: dict[str, str] = field(default_factory=dict)  # node -> Slurm's state: no drain
 
     @classmethod
     def open(cls, nodes: list[Node], *, partition: str | None, drain: bool, run_id: str,
@@ -68,7 +74,14 @@ class SlurmRun:
             try:
                 state = self.host.node_state(n.name)
             except SlurmError as exc:
-                self.left_out[n.name] = f"not usable in Slurm: {exc}"
+                self.left_out[n.name] = self.scheduler[n.name] = f"not usable in Slurm: {exc}"
+                continue
+            flags = set(state.state.upper().split("+"))
+            down = sorted(flags & _CANNOT_RUN)
+            if down and not state.drained:  # a drained node follows the drain rule below
+                why = f" ({one_line(state.reason)})" if state.reason else ""
+                self.left_out[n.name] = self.scheduler[n.name] = (
+                    f"Slurm cannot run a job on it: State={one_line(state.state)}{why}")
                 continue
             if not state.drained:
                 continue
@@ -107,13 +120,20 @@ class SlurmRun:
             self.host.cancel(job)
 
     def ran(self, launch: SlurmLaunch) -> None:
+        """After the node's session: its job as squeue named it, and whether it never ran."""
+        launch.finish()
         self.jobs[launch.node] = launch.job_id
+        if launch.never_started:
+            self.scheduler[launch.node] = launch.never_started
 
     def settle(self, outcomes: dict[str, tuple[str, str]]) -> None:
         """--drain: each node's outcome and reason, as decided, to Slurm."""
         if not self.drain:
             return
         for name, (outcome, why) in outcomes.items():
+            if name in self.scheduler:  # Slurm's state, not a failure of the node
+                self.actions[name] = f"not drained: {self.scheduler[name]} (Slurm's state)"
+                continue
             healthy = outcome == "PASS"
             words = why if outcome == "FAIL" else f"{outcome}: {why}"
             ok, done = apply(healthy, reason(words), RemoteScontrol(self.host, name))
@@ -130,6 +150,11 @@ class SlurmRun:
             print(f"Slurm: could not delete reservation {self.reservation}: {exc}")
         finally:
             self.host.close()
+
+
+# scontrol's state flags of a node no job can start on now (drained nodes are judged by
+# validation.drain's rule instead)
+_CANNOT_RUN = {"DOWN", "NOT_RESPONDING", "FUTURE"}
 
 
 def _reservation_name(run_id: str) -> str:

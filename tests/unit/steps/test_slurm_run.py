@@ -43,6 +43,7 @@ class FakeHost:
         self.timeout_s = 5
         self.states = states  # node -> capture text, or "" for "not a Slurm node"
         self.jobs = jobs or {}
+        self.queue: list[tuple[str, str, str]] = []  # squeue's answer for any job name
         self.calls: list[tuple[list[str], bool]] = []
 
     def run(self, args: list[str], *, admin: bool = False) -> str:
@@ -74,6 +75,12 @@ class FakeHost:
 
     def cancel(self, job_id) -> None:
         self.calls.append((["scancel", job_id], False))
+
+    def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
+        return list(self.queue)
+
+    def cancel_named(self, name: str) -> None:
+        self.calls.append((["scancel", f"--name={name}"], False))
 
     def close(self) -> None:
         pass
@@ -130,7 +137,9 @@ def test_the_suite_runs_under_srun_exclusive_on_its_node(tmp_path):
                     'SLURM_JOB_ID=42 exec "$@"\n')
     srun.chmod(0o755)
     host = FakeHost({})
-    launch = SlurmLaunch(host, "gpu1", deadline_s=600, reservation="rackready-r1")  # type: ignore[arg-type]
+    host.queue = [("42", "RUNNING", "")]  # squeue's word for the job named as below
+    launch = SlurmLaunch(host, "gpu1", deadline_s=600, reservation="rackready-r1",  # type: ignore[arg-type]
+                         poll_s=0.05)
     inner = "printf 'event %s\\n' \"it's quoted\"; exit 3"
     p = subprocess.run(["/bin/sh", "-c", launch.command(inner)], capture_output=True,
                        text=True, env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"})
@@ -138,6 +147,9 @@ def test_the_suite_runs_under_srun_exclusive_on_its_node(tmp_path):
     assert {"--nodelist=gpu1", "--nodes=1", "--ntasks=1", "--exclusive", "--export=NONE",
             "--time=11", "--partition=gpu", "--reservation=rackready-r1"} <= set(opts)
     assert "event it's quoted" in p.stdout and p.returncode == 3
+    assert f"--job-name={launch.job_name}" in opts
+    assert launch.job_name.startswith("rackready-validate-gpu1-")
+    launch.finish()
     assert launch.stderr_line(p.stderr.strip()) == "running as Slurm job 42"
     assert launch.job_id == "42"
 
@@ -154,26 +166,30 @@ def test_the_suite_runs_under_srun_exclusive_on_its_node(tmp_path):
       "slurmstepd: error: *** JOB 11 ON gpu1 CANCELLED AT 2026-12-02T20:01:02 DUE TO "
       "PREEMPTION ***"], ("PREEMPTED", ""), "Slurm job 11 PREEMPTED: slurmstepd"),
     (["srun: error: Unable to allocate resources: Requested node configuration is not "
-      "available"], ("", ""), "Slurm: srun: error: Unable to allocate resources: Requested "
-                             "node configuration is not available"),
+      "available"], ("", ""), "Slurm ran no job: srun: error: Unable to allocate resources: "
+                             "Requested node configuration is not available"),
     (["rackready-slurm-job 12"], ("COMPLETED", ""), ""),
 ])
 def test_a_job_that_did_not_finish_is_named_in_slurms_words(lines, job, expect):
     host = FakeHost({}, jobs={"7": job, "9": job, "11": job, "12": job})
-    launch = SlurmLaunch(host, "gpu1", deadline_s=600)  # type: ignore[arg-type]
+    # the job's id is squeue's (by the launch's job name), the same as the lines name here
+    number = next((ln.split()[-1] for ln in lines if ln.startswith("rackready-slurm-job")),
+                  "7" if lines[0].startswith("srun: job 7") else "")
+    host.queue = [(number, "RUNNING", "")] if number else []
+    launch = SlurmLaunch(host, "gpu1", deadline_s=600, poll_s=0.05)  # type: ignore[arg-type]
+    launch.command("true")
     for line in lines:
         launch.stderr_line(line)
     assert launch.problem().startswith(expect) if expect else launch.problem() == ""
 
 
-def test_a_stopped_job_is_cancelled():
+def test_a_stopped_job_is_cancelled_by_its_own_name_never_by_a_number_in_the_stream():
     host = FakeHost({})
     launch = SlurmLaunch(host, "gpu1", deadline_s=600)  # type: ignore[arg-type]
+    launch.stderr_line("rackready-slurm-job 5")  # the node's stream: gpu2's job, maybe
     launch.stop()
-    assert host.calls == []  # no job id yet: nothing to cancel
-    launch.stderr_line("rackready-slurm-job 5")
-    launch.stop()
-    assert host.calls == [(["scancel", "5"], False)]
+    assert host.calls == [(["scancel", f"--name={launch.job_name}"], False)]
+    assert launch.job_id == ""
 
 
 # -- before and after the sessions --------------------------------------------------------
@@ -198,6 +214,23 @@ def test_nodes_drained_by_others_or_unknown_are_left_out_and_never_touched():
         "nodename=gpu1 state=drain reason=rackready: gpu.ecc_uncorrected GPU 3")
     assert not any("gpu2" in u for u in host.updates())
     assert "already drained by someone else" in sr.actions["gpu2"]
+
+
+def test_a_node_slurm_cannot_run_jobs_on_is_left_out_as_slurms_state_never_drained():
+    down = capture("idle").replace("State=IDLE", "State=IDLE+NOT_RESPONDING") + \
+        "   Reason=Not responding [slurm@2026-12-05T08:00:00]\n"
+    host = FakeHost({"gpu1": capture("idle"), "gpu2": down,
+                     "gpu3": capture("idle").replace("State=IDLE", "State=DOWN")})
+    sr = open_run(host, ["gpu1", "gpu2", "gpu3", "gpu4"], drain=True)
+    assert sr.left_out["gpu2"] == ("Slurm cannot run a job on it: State=IDLE+NOT_RESPONDING "
+                                   "(Not responding)")
+    assert sr.left_out["gpu3"] == "Slurm cannot run a job on it: State=DOWN"
+    assert set(sr.scheduler) == {"gpu2", "gpu3", "gpu4"}  # gpu4: not a Slurm node
+    sr.settle({n: ("INCOMPLETE", f"slurm: {sr.left_out[n]}") for n in ("gpu2", "gpu3", "gpu4")}
+              | {"gpu1": ("FAIL", "gpu.ecc")})
+    assert [u.split()[0] for u in host.updates()] == ["nodename=gpu1"]
+    assert sr.actions["gpu2"] == ("not drained: Slurm cannot run a job on it: "
+                                  "State=IDLE+NOT_RESPONDING (Not responding) (Slurm's state)")
 
 
 def test_drain_resumes_its_own_drain_for_the_run_and_keeps_it_resumed_on_pass():
