@@ -16,6 +16,19 @@ held to the looser of its two ends' floors, as the slower end bounds it):
 
 Each comparison is validation.judge.limit_outcome's: a provisional floor missed short of
 its gross-fault line reads below_expected (a strict site fails it), past it FAIL.
+
+The reference cannot be moved by the figures under judgement (a colluding majority):
+  - a link's figure is plausible only up to its line rate: the lower of its two ends'
+    NIC rates in their controller-side profiles (inventory.nic.rate_gbps), Gb/s / 8 =
+    GB/s each way (a two-rank pair's bus bandwidth is the bytes each way per second:
+    400 Gb/s = 50 GB/s). Above it, the two ends that agreed on it get a FAIL verdict
+    saying so; the figure is never a measurement and never enters the median;
+  - the fabric median comes from plausible figures only, and each end of a link under
+    its ratio is held to the lower of the median and its own fastest other link: an
+    end whose own links are all that slow is named below_expected (never failed, not
+    even on a strict site), so the others' figures alone cannot fail a node, while a
+    colluder's own fast links hold it to the median. A rail slow on one node (its
+    other rails fast) still fails, with that node the suspect.
 A failing pair's two nodes each get a FAIL verdict (scope "rack") naming the link:
 both nodes, the rail, both NICs, and the side whose port refused where known. The
 record goes to <run>/_rack/rack.json; rackready.decide.judge carries the verdicts into
@@ -59,6 +72,13 @@ SENDER = "from"  # the node whose workload sent a record (set by the controller)
 # larger one (honest ends share the slower end's time, so they agree exactly).
 AGREE_TOLERANCE = 0.10
 
+# A NIC's line rate where its profile states none (the running half's default too).
+DEFAULT_LINE_GBPS = 400.0
+
+# Bits to bytes: a pair's bus bandwidth on one rail (two ranks: busbw = algbw = the bytes
+# each way per second) can never exceed its NIC's line rate / 8 (400 Gb/s = 50 GB/s).
+BITS_PER_BYTE = 8
+
 
 @dataclass(frozen=True)
 class Floors:
@@ -69,6 +89,7 @@ class Floors:
     allreduce: dict[str, Any] | None
     allreduce_ok: dict[str, Any] | None
     strict: bool = False  # the site's provisional_limits: strict
+    line_gbps: float | None = None  # the profile's NIC line rate (inventory.nic.rate_gbps)
 
     @classmethod
     def of(cls, profile) -> Floors:
@@ -76,8 +97,11 @@ class Floors:
             ts = [t for t in profile.thresholds_for(metric) if not t.labels]
             return ts[0].to_dict() if ts else None
 
+        nic = (getattr(profile, "inventory", None) or {}).get("nic") or {}
+        rate = nic.get("rate_gbps") if isinstance(nic, dict) else None
         return cls(first(PAIR_METRIC), first(RATIO_METRIC), first(AR_METRIC),
-                   first(AR_OK_METRIC), bool(getattr(profile, "provisional_strict", False)))
+                   first(AR_OK_METRIC), bool(getattr(profile, "provisional_strict", False)),
+                   float(rate) if isinstance(rate, int | float) and rate > 0 else None)
 
 
 def fabric_key(site: dict[str, Any], fabric: str) -> str:
@@ -151,8 +175,13 @@ def judge_group(name: str, planned: list[str], members: list[str],
     ar_ok = next((r for r in records
                   if r.get("name") == AR_OK_METRIC and r.get(SENDER) == lead), None)
     rows: list[PairRow] = []
-    carried = [r for r in pairs if not r["labels"].get("refused")]
+    # the reference is never movable past what a link can carry: a figure above its
+    # line rate is a finding against the two ends that agreed on it, not a measurement
+    caps = {_link(r): _cap(r, floors) for r in pairs}
+    carried = [r for r in pairs if not r["labels"].get("refused")
+               and float(r["value"]) <= caps[_link(r)][0]]
     median = statistics.median(float(r["value"]) for r in carried) if carried else None
+    best = _own_best(carried)
     got = {(r["labels"]["node_a"], r["labels"]["node_b"], str(r["labels"]["rail"]))
            for r in pairs}
     for i, a in enumerate(members):
@@ -167,32 +196,51 @@ def judge_group(name: str, planned: list[str], members: list[str],
         floor = _looser([f.pair if f else None for f in ends])
         rfloor = _looser([f.ratio if f else None for f in ends])
         value = float(r["value"])
-        ratio = round(value / median, 4) if median else None
+        cap, cap_words = caps[_link(r)]
+        ratio = round(value / median, 4) if median and value <= cap else None
         refused = lb.get("refused", "")
-        missed: list[tuple[str, str, Any, str, Any, str]] = []  # outcome, metric, value, ...
+        missed: list[Miss] = []
+        outcomes: list[str] = []
         if refused:
-            missed.append(("fail", PAIR_METRIC, value, "GB/s", floor,
-                           f"link {link_words(r)} refused: {refused}"))
+            outcomes.append("fail")
+            missed.append(_mk(PAIR_METRIC, value, "GB/s", floor,
+                              f"link {link_words(r)} refused: {refused}"))
+        elif value > cap:
+            outcomes.append("fail")
+            missed.append(_mk(PAIR_METRIC, value, "GB/s",
+                              {"metric": PAIR_METRIC, "op": "<=", "value": cap,
+                               "unit": "GB/s", "tier": "spec",
+                               "provenance": f"line rate: {cap_words} (the lower of the "
+                                             "ends' NICs in their profiles)"},
+                              f"link {link_words(r)}: {value} GB/s is above the line rate "
+                              f"({cap_words}): a figure no link carries, reported by both "
+                              "ends; judged against them, never as a measurement"))
         else:
             got_pair = _outcome(value, floor, strict)
             if got_pair != "pass":
-                missed.append((got_pair, PAIR_METRIC, value, "GB/s", floor,
-                               f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
-            got_ratio = _outcome(ratio, rfloor, strict) if ratio is not None else "pass"
-            if got_ratio != "pass":
+                outcomes.append(got_pair)
+                missed.append(_mk(PAIR_METRIC, value, "GB/s", floor,
+                                  f"link {link_words(r)}: {value} GB/s, limit {_limit(floor)}"))
+            if ratio is not None and _outcome(ratio, rfloor, strict) != "pass":
                 assert median is not None  # a ratio is taken only against a median
-                missed.append((got_ratio, RATIO_METRIC, ratio, "", rfloor,
-                               f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
-                               f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"))
-        fails = [m for m in missed if m[0] == "fail"]
-        below = [m for m in missed if m[0] == "below_expected"]
+                # each end is held to the fabric median only as far as its own other
+                # links bear it out: a majority's figures alone never fail a node
+                for got_ratio, against, borne in _ratio_ends(r, value, median, best,
+                                                             rfloor, strict):
+                    outcomes.append(got_ratio)
+                    missed.append({**_mk(
+                        RATIO_METRIC, ratio, "", rfloor,
+                        f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
+                        f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"
+                        + _ends_words(r, against, borne)), "against": against})
+        fails = [m for m, o in zip(missed, outcomes, strict=True) if o == "fail"]
+        below = [m for m, o in zip(missed, outcomes, strict=True) if o == "below_expected"]
         rows.append({"node_a": lb["node_a"], "node_b": lb["node_b"], "rail": int(lb["rail"]),
                      "nic_a": lb["nic_a"], "nic_b": lb["nic_b"], "value": value,
                      "unit": "GB/s", "vs_median": ratio, "refused": refused,
                      "simulated": lb.get("simulated", ""), "threshold": floor,
                      "outcome": "fail" if fails else "below_expected" if below else "pass",
-                     "failures": [_miss(m) for m in fails],
-                     "below_expected": [_miss(m) for m in below]})
+                     "failures": fails, "below_expected": below})
     allreduce: AllreduceRecord | None = None
     if ar is not None:
         ar_floor = _looser([floors[n].allreduce for n in members if n in floors])
@@ -218,10 +266,64 @@ def judge_group(name: str, planned: list[str], members: list[str],
             "suspects": suspects(rows), "problems": problems}
 
 
-def _miss(m: tuple[str, str, Any, str, Any, str]) -> Miss:
-    _, metric, value, unit, threshold, message = m
+def _mk(metric: str, value: Any, unit: str, threshold: dict[str, Any] | None,
+        message: str) -> Miss:
     return {"metric": metric, "value": value, "unit": unit, "threshold": threshold,
             "message": message}
+
+
+def _cap(rec: dict[str, Any], floors: dict[str, Floors]) -> tuple[float, str]:
+    """The most a link can carry each way (GB/s) and how: the lower of its two ends'
+    NIC line rates (the controller-side profiles, never the nodes' word) / 8."""
+    lb = rec["labels"]
+    rates = [(f.line_gbps or DEFAULT_LINE_GBPS) if f else DEFAULT_LINE_GBPS
+             for f in (floors.get(lb["node_a"]), floors.get(lb["node_b"]))]
+    gbps = min(rates)
+    cap = gbps / BITS_PER_BYTE
+    return cap, f"{gbps:g} Gb/s / {BITS_PER_BYTE} = {cap:g} GB/s each way"
+
+
+def _own_best(carried: list[dict[str, Any]]) -> dict[str, list[tuple[float, tuple]]]:
+    """node -> its plausible carried links as (value, link), fastest first."""
+    out: dict[str, list[tuple[float, tuple]]] = {}
+    for r in carried:
+        for end in (r["labels"]["node_a"], r["labels"]["node_b"]):
+            out.setdefault(str(end), []).append((float(r["value"]), _link(r)))
+    for links in out.values():
+        links.sort(key=lambda x: -x[0])
+    return out
+
+
+def _ratio_ends(rec: dict[str, Any], value: float, median: float,
+                best: dict[str, list[tuple[float, tuple]]], rfloor: dict[str, Any] | None,
+                strict: bool) -> list[tuple[str, list[str], bool]]:
+    """(outcome, ends, borne out) for a link under the median's ratio: each end against
+    the lower of the fabric median and its own fastest other link. An end whose own
+    links are all this slow is named below_expected, never failed: the others' figures
+    alone (three colluders agreeing on fast links among themselves) cannot fail it,
+    while a colluder's own fast links hold it to the median."""
+    link = _link(rec)
+    by: dict[tuple[str, bool], list[str]] = {}
+    for end in (str(rec["labels"]["node_a"]), str(rec["labels"]["node_b"])):
+        other = next((v for v, lk in best.get(end, []) if lk != link), None)
+        ref = min(median, other) if other else None
+        got = _outcome(round(value / ref, 4), rfloor, strict) if ref else "pass"
+        key = (got, True) if got != "pass" else ("below_expected", False)
+        by.setdefault(key, []).append(end)
+    return [(o, ends, borne) for (o, borne), ends in sorted(by.items())]
+
+
+def _ends_words(rec: dict[str, Any], against: list[str], borne: bool) -> str:
+    if not borne:
+        return (f"; not failed for {' and '.join(against)}: none of its own other links "
+                "is faster, and the others' figures alone never fail a node")
+    if len(against) == 2:
+        return ""
+    lb = rec["labels"]
+    peer = lb["node_b"] if against[0] == lb["node_a"] else lb["node_a"]
+    return (f"; counts against {against[0]}, whose own other links are faster ({peer}'s "
+            "are not: either it is slow on every link or these figures are not to be "
+            "trusted)")
 
 
 def _link(rec: dict[str, Any]) -> tuple[str, str, str]:
@@ -289,7 +391,8 @@ def suspects(rows: list[PairRow]) -> list[Suspect]:
         if r["outcome"] == "fail":
             by_rail.setdefault(r["rail"], []).append(r)
     for rail, bad in sorted(by_rail.items()):
-        common = set.intersection(*({r["node_a"], r["node_b"]} for r in bad))
+        # a node is suspect only where each failing pair's failure counts against it
+        common = set.intersection(*(_failed_ends(r) for r in bad))
         for node in sorted(common) if len(bad) >= 2 else []:
             nic = next(r["nic_a"] if r["node_a"] == node else r["nic_b"] for r in bad)
             out.append({"node": node, "rail": rail, "nic": nic,
@@ -301,6 +404,17 @@ def suspects(rows: list[PairRow]) -> list[Suspect]:
                     out.append({"node": node, "rail": rail, "nic": nic,
                                 "why": "its port refused the rail"})
     return out
+
+
+def _failed_ends(row: PairRow) -> set[str]:
+    return {e for f in row["failures"] for e in f.get("against") or
+            (row["node_a"], row["node_b"])}
+
+
+def _implausible(f: Miss) -> bool:
+    """A miss of the line rate (an upper bound), not of a floor."""
+    t = f["threshold"]
+    return t is not None and t.get("op") == "<="
 
 
 def node_verdicts(rack: RackStep) -> dict[str, list[VerdictRecord]]:
@@ -315,6 +429,8 @@ def node_verdicts(rack: RackStep) -> dict[str, list[VerdictRecord]]:
             for outcome, f in missed:
                 for me, peer, nic, other in ((r["node_a"], r["node_b"], r["nic_a"], r["nic_b"]),
                                              (r["node_b"], r["node_a"], r["nic_b"], r["nic_a"])):
+                    if me not in (f.get("against") or (me,)):
+                        continue  # the miss is borne out by the other end's links only
                     where = (f"this node's {nic} is the suspect end"
                              if (me, r["rail"]) in sus
                              else f"the suspect end is {peer} {other}"
@@ -329,8 +445,13 @@ def node_verdicts(rack: RackStep) -> dict[str, list[VerdictRecord]]:
                         "component": link_component(me, nic, peer, other, r["rail"]),
                         "message": f["message"] + (" [SIMULATED rail: gloo over the lab "
                                                    "network]" if r.get("simulated") else ""),
-                        "remediation": f"{where}: port state, cable and transceiver on rail "
-                                       f"{r['rail']}, then the switch port; re-run the rack "
-                                       "step (invoke validate --inventory)",
+                        "remediation": (
+                            "this node and its peer agreed on a figure above the line rate: "
+                            "their rack measurements are not to be trusted; reinstall the "
+                            "bundle and re-run the rack step (invoke validate --inventory)"
+                            if _implausible(f) else
+                            f"{where}: port state, cable and transceiver on rail "
+                            f"{r['rail']}, then the switch port; re-run the rack "
+                            "step (invoke validate --inventory)"),
                     })
     return out

@@ -117,7 +117,11 @@ class Judgement(_Decided):
     limits: Limits
 
 
-class Miss(TypedDict):
+class _MissEnds(TypedDict, total=False):
+    against: list[str]  # the ends it counts against (rackready.decide.rack); absent: both
+
+
+class Miss(_MissEnds):
     """One limit a rack link missed."""
 
     metric: str

@@ -480,3 +480,169 @@ def test_rack_step_commands_are_capped_and_deadlined(tmp_path, monkeypatch, kind
     assert any(p.startswith(f"na: {problem}") for p in g["problems"]), g["problems"]
     log = (tmp_path / "run" / rundir.RACK_DIRNAME / "f" / "na.log").stat().st_size
     assert log < 200_000
+
+
+# --- a colluding majority: its figures alone never fail the honest minority -----------
+
+
+def _colluding(honest: float, claimed: float, rails=2):
+    """n4 honest; n1-n3 agree on `claimed` among themselves and, as both ends must, on
+    the honest figure for their links with n4."""
+    members = ("n1", "n2", "n3", "n4")
+    return [_pair(a, b, r, honest if "n4" in (a, b) else claimed)
+            for a, b in itertools.combinations(members, 2) for r in range(rails)], members
+
+
+def test_three_colluders_above_the_line_rate_neither_move_the_median_nor_fail_the_honest():
+    recs, members = _colluding(45.0, 1000.0)
+    g = _judge(recs + _ar(300.0), members=members, floors=REAL)
+    verdicts = rc.node_verdicts({"groups": [g]})
+    assert "n4" not in verdicts  # the honest node: no verdict at all
+    assert g["median_rail_gbps"] == 45.0  # from plausible links only (was 522.5)
+    assert g["outcome"] == "FAIL"
+    for n in ("n1", "n2", "n3"):  # what colludes is a finding against the colluders
+        assert len(verdicts[n]) == 4 and all(v["outcome"] == "fail" for v in verdicts[n])
+        assert all("above the line rate (400 Gb/s / 8 = 50 GB/s each way)" in v["message"]
+                   and "not to be trusted" in v["remediation"] for v in verdicts[n])
+    assert all(s["node"] != "n4" for s in g["suspects"])
+
+
+def test_two_ends_agreeing_on_an_impossible_figure_do_not_pass():
+    g = _judge([_pair("n1", "n2", r, 1e300) for r in range(2)] + _ar(40.0),
+               members=("n1", "n2"), floors=REAL)
+    assert g["outcome"] == "FAIL"
+    assert all(p["outcome"] == "fail" and p["vs_median"] is None for p in g["pairs"])
+    assert g["median_rail_gbps"] is None
+    verdicts = rc.node_verdicts({"groups": [g]})
+    assert {n: len(vs) for n, vs in verdicts.items()} == {"n1": 2, "n2": 2}
+    assert verdicts["n1"][0]["threshold"]["op"] == "<=" and \
+        verdicts["n1"][0]["threshold"]["value"] == 50.0
+    # at the line rate exactly, a figure is plausible (and the profile's floor judges it)
+    g = _judge([_pair("n1", "n2", r, 50.0) for r in range(2)] + _ar(300.0),
+               members=("n1", "n2"), floors=REAL)
+    assert g["outcome"] == "PASS"
+
+
+def test_a_plausible_colluding_majority_fails_only_itself():
+    # on the lab's floors (0.005 GB/s, 0.3 x the median) three nodes claim 40 GB/s,
+    # under the 50 GB/s line rate: the median moves, the honest node's 0.5 GB/s links
+    # are 0.025 x it, yet its own links are all alike: nothing of its own bears the
+    # median out, so it is named, never failed (not even on a strict site); the
+    # colluders' own fast links hold them to the median
+    recs, members = _colluding(0.5, 40.0)
+    for floors in (LAB, rc.Floors(**{**LAB.__dict__, "strict": True})):
+        g = _judge(recs + _ar(0.4), members=members, floors=floors)
+        verdicts = rc.node_verdicts({"groups": [g]})
+        assert {v["outcome"] for v in verdicts["n4"]} == {"below_expected"}
+        assert len(verdicts["n4"]) == 6 and all(
+            "not failed for n4" in v["message"] for v in verdicts["n4"])
+        for n in ("n1", "n2", "n3"):
+            assert [v["outcome"] for v in verdicts[n]] == ["fail", "fail"]
+            assert all(f"counts against {n}" in v["message"] for v in verdicts[n])
+        assert g["suspects"] == []  # n4 is in every failing pair, none counts against it
+        j = {"verdicts": [{"outcome": "pass"}], "fleet_verdicts": [], "complete": True,
+             "profile_sha256": "x", "problems": [], "node_claimed_outcome": None,
+             "level": "quick", "scope": {"missing_checks": [], "partial": False},
+             "rack_verdicts": verdicts["n4"]}
+        _decide(j)
+        assert j["outcome"] == "PASS"
+
+
+def test_a_rail_slow_on_one_node_still_fails_its_links_and_names_that_node():
+    # n2's rail 0 is slow, its rail 1 is not: n2's own links bear the median out
+    recs = [r for r in _healthy(value=0.5)
+            if not (r["labels"]["rail"] == "0" and "n2" in (r["labels"]["node_a"],
+                                                            r["labels"]["node_b"]))]
+    recs += [_pair("n1", "n2", 0, 0.1), _pair("n2", "n3", 0, 0.1)]
+    g = _judge(recs + _ar(0.4))
+    assert g["outcome"] == "FAIL"
+    assert [(s["node"], s["rail"]) for s in g["suspects"]] == [("n2", 0)]
+    verdicts = rc.node_verdicts({"groups": [g]})
+    assert {n: [v["outcome"] for v in vs] for n, vs in verdicts.items()} == \
+        {"n1": ["fail"], "n2": ["fail", "fail"], "n3": ["fail"]}
+
+
+def _reporting(lines: list[dict]):
+    """A node whose rack workload 'ran' and whose measurement file holds `lines`."""
+    from fake_node import finish
+
+    def hook(command: str, channel) -> bool:
+        if "torch.distributed.run" in command:
+            finish(channel, 0)
+            return True
+        if "rack_nccl.rank" in command:
+            channel.sendall("".join(json.dumps(r) + "\n" for r in lines).encode())
+            finish(channel, 0)
+            return True
+        return False
+    return hook
+
+
+def test_colluding_majority_through_the_controller_fails_itself_not_the_honest_node(
+        tmp_path, monkeypatch):
+    """The real running half (rack_step.run_group over in-process SSH nodes) with three
+    nodes whose measurement files agree on 1,000 GB/s among themselves (20 x the 400 Gb/s
+    NIC's 50 GB/s each way), and one honest node at 45 GB/s: the controller's judgement
+    fails the three, and hands g4 no verdict."""
+    import dataclasses
+
+    from fake_node import FakeNode
+
+    from rackready.remote import session as node_session
+    from rackready.run.rundir import Plan, PlannedNode, RunDir
+
+    names = ("g1", "g2", "g3", "g4")
+    recs, _ = _colluding(45.0, 1000.0, rails=1)
+    recs = [_pair(*(n.replace("n", "g") for n in (r["labels"]["node_a"],
+                                                  r["labels"]["node_b"])), 0, r["value"])
+            for r in recs]
+    own = {n: [r for r in recs if n in (r["labels"]["node_a"], r["labels"]["node_b"])]
+           for n in names}
+    own["g1"] += _ar(300.0)
+    fakes = [FakeNode(tmp_path / n, exec_hook=_reporting(own[n])) for n in names]
+    nodes = {n: dataclasses.replace(f.node, name=n, rdma_devices=("0000:1a:00.0",))
+             for n, f in zip(names, fakes, strict=True)}
+    monkeypatch.setattr(node_session, "ship_bundle", lambda *a, **k: "/nonexistent")
+    plan = Plan(run_id="r1", inventory="t", level="quick", only=None,
+                nodes=[PlannedNode(n, "xe9680-h200") for n in names])
+    run = RunDir.create(tmp_path, str(tmp_path / "run"), plan)
+    profile = load_profile("xe9680-h200")
+    group = {"planned": list(names), "members": list(names), "left_out": []}
+    try:
+        g = rack_step.run_group(run, "f", group, nodes, dict.fromkeys(names, profile),
+                                (b"", "0" * 64), lambda n: "/venv", lambda n: {})
+    finally:
+        for f in fakes:
+            f.close()
+    assert g["problems"] == [] and g["median_rail_gbps"] == 45.0
+    verdicts = rc.node_verdicts({"groups": [g]})
+    assert g["outcome"] == "FAIL" and "g4" not in verdicts
+    assert {n: len(vs) for n, vs in verdicts.items()} == {"g1": 2, "g2": 2, "g3": 2}
+    assert all("above the line rate" in v["message"] for vs in verdicts.values() for v in vs)
+
+
+def test_an_impossible_figure_reaches_every_report_against_both_ends(tmp_path):
+    from test_report_synthetic import result, write_run
+
+    from rackready.report.build import build_documents
+    from rackready.report.render.html import render_node_html, render_rack_html
+    from rackready.report.schema import schema_errors
+
+    run = write_run(tmp_path / "run", [result("gpu01"), result("gpu02")])
+    recs = [_pair("gpu01", "gpu02", r, 1e300) for r in range(2)] + _ar(300.0)
+    g = rc.judge_group("f", ["gpu01", "gpu02"], ["gpu01", "gpu02"], [], _both(recs, "gpu01"),
+                       {"gpu01": REAL, "gpu02": REAL}, [], {"gpu01": 2, "gpu02": 2})
+    (run / rundir.RACK_DIRNAME).mkdir()
+    (run / rundir.RACK_DIRNAME / rundir.RACK_FILE).write_text(json.dumps({"groups": [g]}))
+    for name, verdicts in rc.node_verdicts({"groups": [g]}).items():
+        path = run / name / "judgement.json"
+        j = json.loads(path.read_text())
+        j["rack_verdicts"] = verdicts
+        _decide(j)
+        path.write_text(json.dumps(j))
+    rack, docs = build_documents(run)
+    for doc in (rack, *docs):
+        assert schema_errors(doc) == []
+    assert rack["outcome"] == "FAIL" and [d["outcome"] for d in docs] == ["FAIL", "FAIL"]
+    assert "above the line rate" in render_rack_html(rack, docs)
+    assert all("not to be trusted" in render_node_html(d) for d in docs)
