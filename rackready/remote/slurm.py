@@ -47,6 +47,7 @@ _HOPELESS = ("ReqNodeNotAvail", "NodeDown", "PartitionNodeLimit", "PartitionDown
 # Slurm's own words for a job that ended without finishing (slurmstepd/srun on stderr)
 _ENDED = re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+))?"
                     r"|srun: error: (.+)|srun: (Force Terminated job.*|Job step aborted.*)")
+_NAMED_JOB = re.compile(r"\*\*\* (?:JOB|STEP) (\d+)")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What one Slurm command may print on the submit host (scontrol's answers are a few KiB);
 # more is a host gone wrong, refused rather than held in memory.
@@ -301,12 +302,15 @@ class SlurmLaunch:
         if self.never_started:
             return self.never_started
         state, why = self.host.job(self.job_id) if self.job_id else ("", "")
-        if state and state not in ("COMPLETED", "RUNNING", "COMPLETING"):
+        # the line is srun's or the job's own: never one naming another job
+        named = _NAMED_JOB.search(self.last_slurm_line)
+        line = "" if named and named.group(1) != self.job_id else self.last_slurm_line
+        if state in ("COMPLETED", "RUNNING", "COMPLETING"):
+            return ""  # Slurm saw it run to its end: the node's own exit says the rest
+        if state:
             job = f"Slurm job {self.job_id} {state}" + (f" ({why})" if why else "")
-            return job + (f": {self.last_slurm_line}" if self.last_slurm_line else "")
-        if self.last_slurm_line:
-            return f"Slurm: {self.last_slurm_line}"
-        return ""
+            return job + (f": {line}" if line else "")
+        return f"Slurm: {line}" if line else ""
 
     def stop(self) -> None:
         """Cancels this launch's own job: by the name it chose, so a job squeue has not

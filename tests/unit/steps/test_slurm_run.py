@@ -169,6 +169,12 @@ def test_the_suite_runs_under_srun_exclusive_on_its_node(tmp_path):
       "available"], ("", ""), "Slurm ran no job: srun: error: Unable to allocate resources: "
                              "Requested node configuration is not available"),
     (["rackready-slurm-job 12"], ("COMPLETED", ""), ""),
+    # the job's own stderr (the node's words) names gpu2's job: not carried into the problem
+    (["rackready-slurm-job 9",
+      "slurmstepd: error: *** JOB 1001 ON gpu2 CANCELLED AT 2026-12-02T20:01:02 ***"],
+     ("FAILED", "NonZeroExitCode"), "Slurm job 9 FAILED (NonZeroExitCode)$"),
+    (["rackready-slurm-job 12", "srun: error: gpu1: task 0: Exited with exit code 1"],
+     ("COMPLETED", ""), ""),
 ])
 def test_a_job_that_did_not_finish_is_named_in_slurms_words(lines, job, expect):
     host = FakeHost({}, jobs={"7": job, "9": job, "11": job, "12": job})
@@ -180,7 +186,10 @@ def test_a_job_that_did_not_finish_is_named_in_slurms_words(lines, job, expect):
     launch.command("true")
     for line in lines:
         launch.stderr_line(line)
-    assert launch.problem().startswith(expect) if expect else launch.problem() == ""
+    if expect.endswith("$"):
+        assert launch.problem() == expect[:-1]
+    else:
+        assert launch.problem().startswith(expect) if expect else launch.problem() == ""
 
 
 def test_a_stopped_job_is_cancelled_by_its_own_name_never_by_a_number_in_the_stream():
