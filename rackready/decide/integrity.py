@@ -13,7 +13,7 @@ with a finding is never PASS.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -250,18 +250,61 @@ def _values(check: dict[str, Any]) -> list[str]:
                   for m in check.get("measurements") or [])
 
 
+def _conformed(name: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """One streamed check result in the controller's shape, under the name it was
+    streamed with (the event's "check"; the result's own when the event names none)."""
+    checks = conform_result({"checks": [{**result, "check": name}]}, [])["checks"]
+    return checks[0] if checks else None
+
+
+def _last_words(events: list[dict[str, Any]]
+                ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[Any]],
+                           list[dict[str, str]]]:
+    """What the stream said of each check, in order: its finished results, the
+    measurements it streamed since it last started (a check taken over by a resumed run
+    is re-emitted without them), and findings for an event that names two checks."""
+    words: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    measured: dict[str, list[Any]] = {}
+    out = []
+    for ev in events:
+        kind, check = ev.get("event"), ev.get("check")
+        check = check if isinstance(check, str) and check else None
+        if kind == "check_started" and check and not ev.get("resumed"):
+            measured[check] = []
+        elif kind == "measurement" and check:
+            measured.setdefault(check, []).append(ev.get("measurement"))
+        elif kind == "check_finished" and isinstance(ev.get("result"), dict):
+            named = ev["result"].get("check")
+            named = named if isinstance(named, str) and named else None
+            if check and named and named != check:
+                out.append(finding("stream", f"the live stream finished check {check} with "
+                                             f"the result of check {named}"))
+            name = check or named
+            live = _conformed(name, ev["result"]) if name else None
+            if live is not None:
+                words[live["check"]].append(live)
+    return words, measured, out
+
+
+def _measured_differ(ms: list[Any], final: dict[str, Any], status: str) -> bool:
+    """The measurements streamed live against result.json's for the check: the same ones
+    (a check that timed out may have streamed more than it kept, never other ones)."""
+    live = _conformed("m", {"status": "ok", "measurements": ms}) or {}
+    streamed, kept = Counter(_values(live)), Counter(_values(final))
+    return not kept <= streamed if status == "timeout" else kept != streamed
+
+
 def stream_findings(events: list[dict[str, Any]], result: dict[str, Any]
                     ) -> list[dict[str, str]]:
-    """What the node streamed while it ran must be what result.json says afterwards. A
-    check the stream reported failing (an error, a timeout) that result.json calls ok is
-    a FAIL: the node's live word stands; any other disagreement is INCOMPLETE."""
-    raw = [ev["result"] for ev in events
-           if ev.get("event") == "check_finished" and isinstance(ev.get("result"), dict)]
-    streamed = {c["check"]: c for c in conform_result({"checks": raw}, [])["checks"]}
+    """What the node streamed while it ran must be what result.json says afterwards: the
+    stream's last word on each check (its status and measurements) and the measurements
+    it streamed one by one. A check the stream reported failing (an error, a timeout)
+    that result.json, or a later word of the stream, calls ok is a FAIL: the node's live
+    word stands; any other disagreement is INCOMPLETE."""
+    words, measured, out = _last_words(events)
     reported = {c["check"]: c for c in _checks(result)}
-    out = []
-    for name, live in sorted(streamed.items()):
-        final = reported.get(name)
+    for name, said in sorted(words.items()):
+        live, final = said[-1], reported.get(name)
         if final is None:
             out.append(finding("stream", f"check {name} finished {live['status']} in the live "
                                          "stream and is absent from result.json"))
@@ -273,6 +316,28 @@ def stream_findings(events: list[dict[str, Any]], result: dict[str, Any]
             out.append(finding("stream", f"check {name}: result.json differs from the live "
                                          f"stream ({live['status']} streamed, "
                                          f"{final['status']} in result.json)"))
+        # a word taken back: a last word that fails is judged above or by its own status
+        statuses = [w["status"] for w in said]
+        if (live["status"] not in FAILED_STATUSES
+                and len({(w["status"], tuple(_values(w))) for w in said}) > 1):
+            failed = any(s in FAILED_STATUSES for s in statuses)
+            out.append(finding("stream", f"check {name} finished {', then '.join(statuses)} "
+                               "in the live stream"
+                               + ("" if len(set(statuses)) > 1 else
+                                  " with different measurements"),
+                               "FAIL" if failed else "INCOMPLETE"))
+    for name, ms in sorted(measured.items()):
+        final = reported.get(name)
+        status = words[name][-1]["status"] if words.get(name) else ""
+        if final is None:
+            if ms and name not in words:
+                out.append(finding("stream", f"check {name}: {len(ms)} measurement(s) "
+                                             "streamed live, absent from result.json"))
+        elif _measured_differ(ms, final, status or final["status"]):
+            out.append(finding("stream", f"check {name}: measurements streamed live differ "
+                                         f"from result.json ({len(ms)} streamed, "
+                                         f"{len(final.get('measurements') or [])} in "
+                                         "result.json)"))
     return out
 
 

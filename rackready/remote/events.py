@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rackready.remote import result_shape
 from rackready.remote.runner import _Fail, _size, _Stop
 from rackready.sanitize import one_line, replace_surrogates_in
 
@@ -24,6 +25,7 @@ class _EventSink:
         self.partial = bytearray()
         self.skipping = False  # inside an over-long line
         self.bytes = 0
+        self.values = 0  # JSON values in the events passed on so far (capped like a result)
         assert session.files is not None  # a session that runs the suite writes files
         events = session.files.events
         try:
@@ -76,6 +78,11 @@ class _EventSink:
         if not stripped.startswith((b"{", b"[")):
             self.s._log_text(text.decode(errors="replace") + "\n")
             return
+        caps = result_shape.CAPS  # read now: a test may narrow them
+        # commas and brackets bound the values from above: "[{},{},...]" costs far more
+        # memory parsed than its bytes, so an event over the cap is never parsed
+        if _tokens(text) > caps.event_values:
+            raise _Stop(f"sent an event over the cap of {caps.event_values} values")
         try:
             event = json.loads(text.decode("utf-8"), parse_constant=_reject_constant,
                                parse_float=_finite_float)
@@ -90,6 +97,10 @@ class _EventSink:
             return
         if self.s.out.events >= self.limits.max_events:
             raise _Stop(f"sent more than {self.limits.max_events} events")
+        self.values += _within_caps(event, caps)
+        if self.values > caps.json_values:
+            raise _Stop(f"sent events holding more than {caps.json_values} JSON values "
+                        f"together, over the cap of {caps.json_values} JSON values")
         self.fh.write(text + b"\n")
         self.fh.flush()  # a controller that dies keeps what arrived
         self.s.out.events += 1
@@ -104,6 +115,35 @@ class _EventSink:
         self.s.out.bad_lines += 1
         sample = one_line(text[:200].decode(errors="replace"), 200)
         self.s._note_some("bad event lines", f"bad event line ({why}): {sample}")
+
+
+def _tokens(text: bytes) -> int:
+    return text.count(b",") + text.count(b"{") + text.count(b"[")
+
+
+def _within_caps(event: Any, caps: result_shape.ResultCaps) -> int:
+    """The values one parsed event holds; _Stop naming the cap when it is nested deeper
+    than event_depth or holds a text (a key too) longer than message_chars."""
+    count = 0
+    todo: list[tuple[Any, int]] = [(event, 1)]
+    while todo:
+        value, depth = todo.pop()
+        count += 1
+        if isinstance(value, str):
+            texts = [value]
+        elif isinstance(value, dict | list):
+            if depth > caps.event_depth:  # containers within containers, the event 1
+                raise _Stop(f"sent an event nested deeper than the cap of {caps.event_depth}")
+            items = value.values() if isinstance(value, dict) else value
+            texts = list(value) if isinstance(value, dict) else []
+            todo.extend((v, depth + 1) for v in items)
+        else:
+            continue
+        for text in texts:
+            if len(text) > caps.message_chars:
+                raise _Stop(f"sent an event with a text of {len(text)} characters, over the "
+                            f"cap of {caps.message_chars} characters")
+    return count
 
 
 def event_problem(event: Any) -> str:

@@ -54,6 +54,12 @@ class ResultCaps:
     message_chars: int = 16 << 10  # a check's message
     events: int = 200_000  # events streamed live, or read back from events.jsonl
     json_values: int = 4_000_000  # values one result.json may parse into (bounds memory)
+    # the live stream, capped like result.json: its events together hold at most
+    # json_values values; one event at most event_values (a real check_finished, 264
+    # measurements, holds about 4 000), nested at most event_depth (a real one: 5), no
+    # text longer than message_chars
+    event_values: int = 100_000
+    event_depth: int = 16
 
 
 CAPS = ResultCaps()

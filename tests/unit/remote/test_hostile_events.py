@@ -1,0 +1,185 @@
+"""The real controller path (rackready.steps.validate.run_validation) over in-process SSH
+nodes (fake_node.py) whose live event stream is hostile: padded with tiny values to
+cost the controller memory, or saying one thing live and another in result.json. Events
+are capped like result.json, and the stream's last word on every check (its status and
+its measurements) must be what result.json says."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import io
+import json
+import sys
+import tarfile
+import tracemalloc
+from pathlib import Path
+
+import pytest
+from fake_node import FakeNode
+
+from rackready.remote import bundle, result_shape
+from rackready.remote import session as node_session
+from rackready.site.inventory import provisioned
+from rackready.steps import rack as rack_step
+from rackready.steps import validate
+
+# `python -m validation run ...` from the shipped bundle: streams per HOSTILE, then writes
+# a result.json whose one check is ok and holds its one measurement (the token is there)
+SUITE = r'''
+import json, os, socket, sys
+argv = sys.argv[1:]
+out = argv[argv.index("--out") + 1]
+os.makedirs(out, exist_ok=True)
+mode, node = os.environ["HOSTILE"], os.environ["NODE_NAME"]
+def ev(**e):
+    sys.stdout.write(json.dumps(e) + "\n"); sys.stdout.flush()
+C = "kernel.cmdline"
+m = {"name": "kernel.cmdline_token", "value": True, "unit": "", "labels": {"token": "iommu=pt"}}
+ok = {"check": C, "status": "ok", "duration_s": 0.1, "measurements": [m], "message": ""}
+ev(event="run_started", run_id="r", node=node, level="quick")
+ev(event="check_started", check=C)
+if mode == "padded":  # lines of "{}" just under the line cap, as many as PAD_LINES
+    pad = ",".join(["{}"] * ((1 << 20) // 3 - 40))
+    for _ in range(int(os.environ["PAD_LINES"])):
+        sys.stdout.write('{"event": "progress", "fraction": 0.5, "pad": [' + pad + ']}\n')
+    sys.stdout.flush()
+elif mode == "small_pads":  # many events under the cap per event, together over the total
+    for _ in range(40):
+        ev(event="progress", fraction=0.5, pad=[{}] * 9000)
+elif mode == "deep":
+    deep = [1]
+    for _ in range(40):
+        deep = [deep]
+    ev(event="progress", fraction=0.5, pad=deep)
+elif mode == "long_text":
+    ev(event="progress", fraction=0.5, label="x" * 20000)
+ev(event="measurement", check=C,
+   measurement={**m, "value": mode != "measurement"})
+if mode == "error_then_ok":
+    ev(event="check_finished", check=C, result={**ok, "status": "error", "message": "dead"})
+if mode == "nameless_error":  # the result names no check: the event's name is its name
+    ev(event="check_finished", check=C,
+       result={k: v for k, v in {**ok, "status": "error"}.items() if k != "check"})
+else:
+    ev(event="check_finished", check=C, result=ok)
+with open(os.path.join(out, "result.json"), "w") as f:
+    json.dump({"schema_version": "1.0", "node": node, "profile": "xe9680-h200-lab",
+               "level": "quick", "checks": [ok], "outcome": "PARTIAL", "only": [C],
+               "hostname": socket.gethostname(), "nonce": os.environ["RACKREADY_RUN_NONCE"],
+               "bundle_sha256": os.environ["RACKREADY_BUNDLE_SHA256"]}, f)
+ev(event="run_finished", outcome="PASS")
+'''
+
+
+def _bundle() -> tuple[bytes, str]:
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for name, text in (("validation/__init__.py", ""), ("validation/__main__.py", SUITE)):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    tar_bytes = raw.getvalue()
+    return gzip.compress(tar_bytes, mtime=0), hashlib.sha256(tar_bytes).hexdigest()
+
+
+@pytest.fixture
+def rack(tmp_path, monkeypatch):
+    """Nodes by mode: rack(("gpu01", "honest"), ("gpu02", "padded"), env={...})."""
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
+    lab = {"profile": "xe9680-h200-lab", "fabric": "roce", "validation_without": ("bmc",),
+           "provisioned": roles}
+    fakes: list[FakeNode] = []
+    nodes = {}
+    real = node_session.run_on_node
+
+    def on_its_own_folder(client, node_name, **kw):  # one machine plays every node
+        return real(client, node_name, **{**kw, "remote_base": str(tmp_path / node_name / "b")})
+
+    monkeypatch.setattr(node_session, "run_on_node", on_its_own_folder)
+    monkeypatch.setattr(validate, "_load", lambda inv: list(nodes.values()))
+    monkeypatch.setattr(validate, "_find", lambda name, inv: nodes[name])
+    monkeypatch.setattr(bundle, "build", _bundle)
+    monkeypatch.setattr(rack_step, "run_rack_step", lambda *a, **k: {"groups": []})
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+
+    def run(*modes: tuple[str, str], env: dict[str, str] | None = None) -> dict:
+        for name, mode in modes:
+            fake = FakeNode(tmp_path / name,
+                            env={"HOSTILE": mode, "NODE_NAME": name, **(env or {})})
+            fakes.append(fake)
+            nodes[name] = dataclasses.replace(fake.node, name=name, **lab)
+        out = tmp_path / "run"
+        validate.run_validation(node=None, inventory="test", level="quick", out=str(out),
+                                formats="json", only="kernel.cmdline")
+        report = json.loads((out / "report" / "rack.json").read_text())
+        return {n["node"]: {**n, "judgement": json.loads(
+            (out / n["node"] / "judgement.json").read_text())} for n in report["nodes"]}
+
+    yield run
+    for fake in fakes:
+        fake.close()
+
+
+def _said(node: dict) -> str:
+    j = node["judgement"]
+    return " | ".join([node["outcome_reason"], *j["problems"],
+                       *(f["problem"] for f in j.get("integrity") or [])])
+
+
+# --- item 5: events capped like result.json ------------------------------------------
+
+PAD_LINES = 8  # 8 MiB of "{}": 2.8 million values; 64 MiB added 1.5 GB to the peak
+PEAK_BOUND = 32 << 20  # measured: 221 MiB before events were capped, 5.3 MiB since
+
+
+def test_a_stream_padded_with_empty_objects_costs_no_memory_and_is_named(rack):
+    tracemalloc.start()
+    try:
+        nodes = rack(("gpu01", "honest"), ("gpu02", "padded"),
+                     env={"PAD_LINES": str(PAD_LINES)})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_BOUND, f"controller peak {peak >> 20} MiB"
+    assert nodes["gpu01"]["outcome"] == "PARTIAL", _said(nodes["gpu01"])  # narrowed: --only
+    assert nodes["gpu02"]["outcome"] == "INCOMPLETE"
+    assert f"over the cap of {result_shape.CAPS.event_values} values" in _said(nodes["gpu02"])
+
+
+def test_events_over_the_streams_total_of_values_end_the_session_naming_the_cap(
+        rack, monkeypatch):
+    monkeypatch.setattr(result_shape, "CAPS", result_shape.ResultCaps(json_values=200_000))
+    nodes = rack(("gpu02", "small_pads"))
+    assert nodes["gpu02"]["outcome"] == "INCOMPLETE"
+    assert "over the cap of 200000 JSON values" in _said(nodes["gpu02"])
+
+
+@pytest.mark.parametrize("mode,cap", [
+    ("deep", f"nested deeper than the cap of {result_shape.CAPS.event_depth}"),
+    ("long_text", f"over the cap of {result_shape.CAPS.message_chars} characters"),
+])
+def test_deep_or_long_events_are_refused_naming_the_cap(rack, mode, cap):
+    nodes = rack(("gpu02", mode))
+    assert nodes["gpu02"]["outcome"] == "INCOMPLETE"
+    assert cap in _said(nodes["gpu02"])
+
+
+# --- item 8: the stream's last word against result.json ------------------------------
+
+@pytest.mark.parametrize("mode,outcome,said", [
+    ("error_then_ok", "FAIL", "kernel.cmdline finished error, then ok in the live stream"),
+    ("nameless_error", "FAIL", "kernel.cmdline: error in the live stream"),
+    ("measurement", "INCOMPLETE", "kernel.cmdline: measurements streamed live differ "
+                                  "from result.json"),
+])
+def test_a_stream_that_contradicts_result_json_is_a_finding(rack, mode, outcome, said):
+    nodes = rack(("gpu01", "honest"), ("gpu02", mode))
+    assert nodes["gpu01"]["outcome"] == "PARTIAL", _said(nodes["gpu01"])  # narrowed: --only
+    assert nodes["gpu02"]["outcome"] == outcome, _said(nodes["gpu02"])
+    assert said in _said(nodes["gpu02"])
