@@ -15,6 +15,12 @@ lab's simulated node and a real node may be slower (a loaded node, a large journ
 nothing but time-outs failed, the node is `timed_out`, and its line and drain reason say
 `health check timed out: <check>`; a verdict that failed on a measurement is named first
 when there is one (`<check> <component>: <metric> = <value>`).
+
+Evidence or FAIL here too: a GPU the gate read whose temperature nvidia-smi gave as N/A
+is `not measured` and the node unhealthy (PER_GPU), never a healthy node by omission; a
+number no hardware counter holds (a 400-digit ECC count) is refused, unhealthy. The
+textfile is rewritten on every run, or removed where it cannot be (validation.textfile
+.replace): an earlier run's file never stands for this one.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ NOT_HEALTH = {
     "network.transceiver": "one mlxlink module and BER read per compute port; not measured "
                            "on real ConnectX ports, so kept out of the 10 s budget",
 }
+
+
+# what each GPU must have a reading of, by the check that reads it, where the profile
+# holds a limit on it: a sensor that answers N/A on a GPU is not a pass on that GPU
+PER_GPU = {"gpu.health": ("gpu.temperature",)}
+# the widest counter a GPU, NIC or drive keeps: an integer past it is not a reading
+COUNTER_MAX = 1 << 64
 
 
 def health_checks() -> list[CheckSpec]:
@@ -156,8 +169,54 @@ def run_health(profile: Profile, sysroot: Path = Path("/"), site: dict[str, Any]
             procs.kill_descendants(wait_s=0.2)
             results.append(_timed_out(spec, share, time.monotonic() - start, budget_s))
         verdicts = judge_mod.judge(results, profile)
+        verdicts += unread_verdicts(results, profile, verdicts) + refused_verdicts(results)
     healthy = judge_mod.node_outcome(verdicts) == "PASS"
     return Health(results, verdicts, healthy, time.monotonic() - t0, budget_s, started)
+
+
+def unread_verdicts(results: list[CheckResult], profile: Profile,
+                   verdicts: list[Verdict]) -> list[Verdict]:
+    """A failing `not measured` verdict for each GPU a check of PER_GPU read without a
+    reading of a metric the profile limits (nvidia-smi's N/A), unless the judge already
+    failed that metric as not measured."""
+    limited = {t.metric for t in profile.thresholds}
+    said = {v.metric for v in verdicts if v.outcome == "fail" and v.value is None}
+    out = []
+    for r in results:
+        if r.status != "ok":
+            continue  # its check.status verdict says why
+        gpus = {m.labels["gpu"]: m.labels for m in r.measurements if m.labels.get("gpu")}
+        for metric in PER_GPU.get(r.check, ()):
+            if metric not in limited or metric in said:
+                continue
+            read = {m.labels.get("gpu") for m in r.measurements if m.name == metric}
+            for gpu, labels in sorted(gpus.items(), key=lambda x: (len(x[0]), x[0])):
+                if gpu not in read:
+                    out.append(Verdict(
+                        r.check, metric, "fail", None, "", dict(labels),
+                        message=f"{metric} not measured on {judge_mod.component(labels)}: "
+                                "the GPU gave no reading (N/A)",
+                        remediation="read the GPU's sensors (nvidia-smi -q -d TEMPERATURE); "
+                                    "a GPU whose temperature cannot be read is not healthy"))
+    return out
+
+
+def refused_verdicts(results: list[CheckResult]) -> list[Verdict]:
+    """A failing verdict for each integer reading past COUNTER_MAX: a lie or a broken
+    probe, never a count; the gate refuses it rather than judging or exporting it."""
+    out = []
+    for r in results:
+        for m in r.measurements:
+            v = m.value
+            if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= COUNTER_MAX:
+                size = f"{v.bit_length()}-bit number"  # str() of it may itself raise
+                out.append(Verdict(
+                    r.check, m.name, "fail", size, m.unit, dict(m.labels),
+                    message=f"{m.name} refused: a {size}, beyond any hardware counter "
+                            "(64 bits)",
+                    remediation="re-read the part with the vendor's tool; a reading no "
+                                "counter can hold is not a measurement"))
+    return out
 
 
 def one_line(h: Health, profile: Profile) -> str:
@@ -225,12 +284,16 @@ def main(profile: Profile, sysroot: Path, site: dict[str, Any], textfile_dir: st
     if where is not None:
         elapsed = time.monotonic() - t0
         state = h.state if healthy == h.healthy else "unhealthy"  # the drain failed
-        text = textfile.health_exposition(document(h, profile, node), elapsed,
-                                          h.started + elapsed, state)
-        try:
-            textfile.write(where, SOURCE, text)
-        except OSError as exc:
-            line += f"; metrics not written to {where}: {exc.strerror or exc}"
+        built: list[str] = []
+
+        def build() -> str:
+            built.append(textfile.health_exposition(document(h, profile, node), elapsed,
+                                                    h.started + elapsed, state))
+            return built[0]
+
+        problem = textfile.replace(where, SOURCE, build)
+        refused = textfile.refused_words(built[0]) if built else ""
+        line += "".join(f"; {p}" for p in (refused, problem) if p)
     print(line, flush=True)
     return 0 if healthy else 1
 
@@ -250,4 +313,6 @@ def reason_words(v: Verdict) -> str:
     part = judge_mod.component(v.labels)
     if v.metric == "check.status":
         return f"{v.check} {part}: {v.value} ({v.message})"
+    if v.value is None:
+        return f"{v.check} {part}: {v.metric} not measured"
     return f"{v.check} {part}: {v.metric} = {v.value}"

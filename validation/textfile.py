@@ -33,6 +33,8 @@ HELP and TYPE line. All families are gauges:
     rackready_check_ok{source, check, component}      controller: 0 when a verdict of the
                                                       check on that part failed, else 1
     rackready_verdicts{source, outcome}               controller: verdicts by outcome
+    rackready_values_refused{source}                  run, health: measurements left out,
+                                                      only where there were some (REFUSED)
 
 Series per node (tests/unit/node/test_textfile.py counts them on an 8-GPU burn-in):
 
@@ -53,6 +55,11 @@ its unit converted to a base unit and named last (`_bytes`, `_seconds`, `_celsiu
 `_watts`, `_hertz`, `_bytes_per_second`, `_ratio`); a unit word the suite's name already
 ends in is dropped first (`gpu.idle_power_dev_w` -> `rackready_gpu_idle_power_dev_watts`).
 Label values are escaped as the exposition format says (backslash, double quote, newline).
+
+A value no float64 holds (a 400-digit error count: a lie or a broken probe, never a
+counter) is refused, never clamped into a plausible one: its series is left out and
+`rackready_values_refused` counts it. A file that cannot be built or written is removed
+(replace): a stale file from an earlier run would be read as the node's present state.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
@@ -140,12 +147,16 @@ def number(v: float) -> str:
     return repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(float(v))
 
 
+REFUSED = "rackready_values_refused"
+
+
 class Exposition:
     """Gauge families in the order first seen; one value per label set (the last)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
         self.families: dict[str, tuple[str, dict[tuple[tuple[str, str], ...], float]]] = {}
+        self.refused: list[str] = []  # "<metric> on <labels>": a value no float64 holds
 
     def add(self, name: str, help_text: str, labels: dict[str, Any], value: float) -> None:
         fam = self.families.setdefault(name, (help_text, {}))
@@ -158,6 +169,10 @@ class Exposition:
         fam[1][tuple(merged.items())] = float(value)
 
     def text(self) -> str:
+        if self.refused:
+            self.add(REFUSED, "measurements left out of this file: a value no float64 holds "
+                     "(beyond any counter; result.json keeps it as measured)", {},
+                     len(self.refused))
         lines = []
         for name, (help_text, series) in self.families.items():
             lines += [f"# HELP {name} {_help(help_text)}", f"# TYPE {name} gauge"]
@@ -196,10 +211,24 @@ def _measurements(expo: Exposition, checks: Iterable[dict[str, Any]]) -> None:
                 + f" (suite metric {name}" + (f", measured in {unit})" if unit else ")")
             labels = {"check": c["check"], **labels_of}
             if isinstance(value, (bool, int, float)):  # a bool is 0 or 1
-                expo.add(prom, what, labels, float(value) * factor)
+                scaled = _scaled(value, factor)
+                if scaled is None:
+                    expo.refused.append(f"{name} on {labels_of or 'node'}")
+                else:
+                    expo.add(prom, what, labels, scaled)
             elif value is not None:
                 expo.add(f"{prom}_info", what + "; the value is the label value",
                          {**labels, "value": value}, 1)
+
+
+def _scaled(value: float, factor: float) -> float | None:
+    """value * factor as a float64; None where that is not a number a gauge can carry
+    (an int beyond 1.8e308, or a finite value the unit turns infinite)."""
+    try:
+        scaled = float(value) * factor
+    except OverflowError:
+        return None
+    return None if math.isinf(scaled) and not math.isinf(float(value)) else scaled
 
 
 def _enum(expo: Exposition, name: str, help_text: str, key: str, states: Iterable[str],
@@ -308,6 +337,35 @@ def write(directory: Path, source: str, text: str) -> Path:
     return target
 
 
+def replace(directory: Path, source: str, build: Callable[[], str]) -> str:
+    """Write DIR/rackready-<source>.prom from build(), atomically; where it cannot be built
+    or written, the old file is removed, so the collector never exports an earlier run's
+    state as the present one. Returns "" or the one-line problem (never raises)."""
+    try:
+        text = build()
+    except (ArithmeticError, ValueError, TypeError, KeyError) as exc:  # a value past a guard
+        problem = f"metrics not built: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+    else:
+        try:
+            write(directory, source, text)
+            return ""
+        except OSError as exc:
+            problem = f"metrics not written to {directory}: {exc.strerror or exc}"
+    try:
+        (directory / f"rackready-{source}.prom").unlink()
+    except (FileNotFoundError, NotADirectoryError):
+        return problem  # there was none
+    except OSError as exc:
+        return f"{problem}; the old file stays: {exc.strerror or exc}"
+    return f"{problem}; the old file removed"
+
+
+def refused_words(text: str) -> str:
+    """How many values the textfile left out (its REFUSED series), or ""."""
+    found = re.search(rf"^{REFUSED}{{[^}}]*}} (\d+)$", text, re.M)
+    return f"{found[1]} value(s) no float64 holds left out of the metrics" if found else ""
+
+
 ENV_DIR = "RACKREADY_TEXTFILE_DIR"
 
 
@@ -342,11 +400,10 @@ def write_run(doc: dict[str, Any], directory: Path | None) -> Path | None:
         return None
     started, finished = _unix(doc.get("started")), _unix(doc.get("finished"))
     duration = finished - started if started is not None and finished is not None else 0.0
-    text = run_exposition(doc, duration, finished or 0.0)
-    try:
-        return write(directory, "run", text)
-    except OSError as exc:
+    problem = replace(directory, "run", lambda: run_exposition(doc, duration, finished or 0.0))
+    if problem:
         import sys
 
-        print(f"metrics not written to {directory}: {exc.strerror or exc}", file=sys.stderr)
+        print(problem, file=sys.stderr)
         return None
+    return directory / "rackready-run.prom"
