@@ -6,6 +6,8 @@ from typing import Any
 
 from rackready.remote.result_shape import conform_result
 
+FAILED_STATUSES = ("error", "timeout")  # as rackready.decide.integrity reads them
+
 # Measurement status for a check that started but never finished (report-only value).
 INTERRUPTED = "interrupted"
 
@@ -22,6 +24,7 @@ def result_from_events(events: list[dict[str, Any]], fallback_name: str,
         "artifacts": {},
     }
     open_checks: dict[str, dict[str, Any]] = {}
+    words: dict[str, list[dict[str, Any]]] = {}  # each check's finished results, in order
     for ev in events:
         kind = ev["event"]
         check = ev.get("check")
@@ -38,10 +41,13 @@ def result_from_events(events: list[dict[str, Any]], fallback_name: str,
             open_checks.setdefault(check, {"needs": [], "measurements": [], "ts": None})
             open_checks[check]["measurements"].append(ev.get("measurement"))
         elif kind == "check_finished" and isinstance(ev.get("result"), dict):
-            res["checks"].append(ev["result"])
-            open_checks.pop(ev["result"].get("check", check), None)
+            # the event names the check; a result that names none is still that check's
+            name = check if isinstance(check, str) and check else ev["result"].get("check")
+            words.setdefault(name, []).append({**ev["result"], "check": name})
+            open_checks.pop(name, None)
         if ev.get("ts"):
             res["finished"] = ev["ts"]
+    res["checks"] = [_last_word(said, problems) for said in words.values()]
     for name, partial in open_checks.items():
         res["checks"].append({
             "check": name, "status": INTERRUPTED, "duration_s": 0.0,
@@ -50,3 +56,15 @@ def result_from_events(events: list[dict[str, Any]], fallback_name: str,
             "needs": partial["needs"],
         })
     return conform_result(res, problems if problems is not None else [])
+
+
+def _last_word(said: list[dict[str, Any]], problems: list[str] | None) -> dict[str, Any]:
+    """A check the stream finished more than once: its last word, unless an earlier one
+    failed (a failure the node took back stands), said as a problem."""
+    statuses = [w.get("status") for w in said]
+    failed = [w for w in said if w.get("status") in FAILED_STATUSES]
+    kept = failed[-1] if failed and said[-1].get("status") not in FAILED_STATUSES else said[-1]
+    if len(said) > 1 and len(set(map(str, statuses))) > 1 and problems is not None:
+        problems.append(f"the live stream finished check {said[-1]['check']} "
+                        f"{', then '.join(map(str, statuses))}; {kept.get('status')} kept")
+    return kept

@@ -183,3 +183,23 @@ def test_a_stream_that_contradicts_result_json_is_a_finding(rack, mode, outcome,
     assert nodes["gpu01"]["outcome"] == "PARTIAL", _said(nodes["gpu01"])  # narrowed: --only
     assert nodes["gpu02"]["outcome"] == outcome, _said(nodes["gpu02"])
     assert said in _said(nodes["gpu02"])
+
+
+def test_a_result_rebuilt_from_the_stream_keeps_a_failure_the_node_took_back():
+    """No result.json: the check is what the stream said last, unless it said failing
+    first; a result event that names no check is the event's check, never dropped."""
+    from rackready.run.rebuild import result_from_events
+
+    ok = {"check": "a", "status": "ok", "duration_s": 0.1, "measurements": [], "message": ""}
+    nameless = {k: v for k, v in ok.items() if k != "check"}
+    problems: list[str] = []
+    rebuilt = result_from_events([
+        {"event": "check_started", "check": "a"},
+        {"event": "check_finished", "check": "a", "result": {**ok, "status": "error"}},
+        {"event": "check_finished", "check": "a", "result": ok},
+        {"event": "check_started", "check": "b"},
+        {"event": "check_finished", "check": "b", "result": {**nameless, "status": "timeout"}},
+    ], "gpu02", problems)
+    assert [(c["check"], c["status"]) for c in rebuilt["checks"]] == [("a", "error"),
+                                                                      ("b", "timeout")]
+    assert problems == ["the live stream finished check a error, then ok; error kept"]
