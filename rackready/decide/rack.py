@@ -232,7 +232,7 @@ def judge_group(name: str, planned: list[str], members: list[str],
                         RATIO_METRIC, ratio, "", rfloor,
                         f"link {link_words(r)}: {value} GB/s is {ratio} x the fabric's "
                         f"median rail ({round(median, 4)} GB/s), limit {_limit(rfloor)}"
-                        + _ends_words(r, against, borne)), "against": against})
+                        + _ends_words(against, borne)), "against": against})
         fails = [m for m, o in zip(missed, outcomes, strict=True) if o == "fail"]
         below = [m for m, o in zip(missed, outcomes, strict=True) if o == "below_expected"]
         rows.append({"node_a": lb["node_a"], "node_b": lb["node_b"], "rail": int(lb["rail"]),
@@ -313,17 +313,14 @@ def _ratio_ends(rec: dict[str, Any], value: float, median: float,
     return [(o, ends, borne) for (o, borne), ends in sorted(by.items())]
 
 
-def _ends_words(rec: dict[str, Any], against: list[str], borne: bool) -> str:
+def _ends_words(against: list[str], borne: bool) -> str:
     if not borne:
         return (f"; not failed for {' and '.join(against)}: none of its own other links "
                 "is faster, and the others' figures alone never fail a node")
     if len(against) == 2:
         return ""
-    lb = rec["labels"]
-    peer = lb["node_b"] if against[0] == lb["node_a"] else lb["node_a"]
-    return (f"; counts against {against[0]}, whose own other links are faster ({peer}'s "
-            "are not: either it is slow on every link or these figures are not to be "
-            "trusted)")
+    return (f"; counts against {against[0]}, whose own other links are faster (either "
+            "its peer is slow on every link, or these figures are not to be trusted)")
 
 
 def _link(rec: dict[str, Any]) -> tuple[str, str, str]:
