@@ -24,6 +24,7 @@ from rackready.report.render.pdf import html_to_pdf
 from rackready.report.schema import validate_report
 from rackready.report.seal.canonical import read_report, report_sha256, write_report
 from rackready.run.rundir import REPORT_DIRNAME
+from rackready.sanitize import one_line
 
 FORMATS = frozenset({"json", "html", "pdf", "junit"})
 
@@ -103,10 +104,14 @@ def load_report_dir(report_dir: Path, *, _checked: bool = False
 
 def render_reports(report_dir: Path, formats: set[str],
                    _prior: list[Path] | None = None, _checked: bool = False) -> list[Path]:
-    """Render HTML/JUnit/PDF from the JSON already in report_dir (PDF last)."""
+    """Render HTML/JUnit/PDF from the JSON already in report_dir (PDF last). A format
+    that fails never takes the others with it: each is written if it can be, then the
+    first failure is raised as one line (ReportError, with what was written)."""
     rack, node_docs = load_report_dir(report_dir, _checked=_checked)
     written: list[Path] = []
-    if "html" in formats or "pdf" in formats:
+    failed: list[str] = []
+
+    def html() -> None:
         for doc in node_docs:
             path = report_dir / f"node-{doc['node']}.html"
             path.write_text(render_node_html(doc), encoding="utf-8")
@@ -114,16 +119,34 @@ def render_reports(report_dir: Path, formats: set[str],
         path = report_dir / "rack.html"
         path.write_text(render_rack_html(rack, node_docs), encoding="utf-8")
         written.append(path)
-    if "junit" in formats:
+
+    def junit() -> None:
         path = report_dir / "junit.xml"
         path.write_text(render_junit(rack, node_docs), encoding="utf-8")
         written.append(path)
-    if "pdf" in formats:
+
+    def pdf() -> None:
         htmls = [report_dir / "rack.html"] + [report_dir / f"node-{d['node']}.html"
                                              for d in node_docs]
-        for html in htmls:
-            try:
-                written.append(html_to_pdf(html, html.with_suffix(".pdf")))
-            except ReportError as e:
-                raise ReportError(str(e), written=[*(_prior or []), *written]) from None
+        for page in htmls:
+            written.append(html_to_pdf(page, page.with_suffix(".pdf")))
+
+    wanted = [(name, step) for name, step, want in (
+        ("HTML", html, "html" in formats or "pdf" in formats), ("JUnit", junit, "junit" in formats),
+        ("PDF", pdf, "pdf" in formats)) if want]
+    for name, step in wanted:
+        if name == "PDF" and failed and failed[0].startswith("HTML"):
+            failed.append("PDF: not rendered, its HTML failed")
+            continue
+        try:
+            step()
+        except ReportError as e:
+            failed.append(f"{name}: {e}")
+        except Exception as e:  # noqa: BLE001 -- a renderer's bug is one line, never a lost run
+            failed.append(f"{name} renderer failed: {type(e).__name__}: "
+                          f"{one_line(str(e), 200)}")
+    if failed:
+        rest = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise ReportError(f"{failed[0]}{rest}; the other reports were written",
+                          written=[*(_prior or []), *written])
     return written

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator  # noqa: E402
 
 from rackready.report import naming  # noqa: E402
+from rackready.report.schema import NUMBER_BOUND  # noqa: E402
 from rackready.report.views.figures import Figure, Panel  # noqa: E402
 
 if TYPE_CHECKING:
@@ -70,13 +71,22 @@ def _byte_ticks(lo: float, hi: float) -> list[float]:
     return [2.0 ** e for e in range(a, b + 1, step)]
 
 
+def _plottable(v: float, least: float = -NUMBER_BOUND) -> bool:
+    """A value an axis can hold: finite and inside the schema's range (a log axis of
+    bytes: at least one). The loader has clamped what a report holds; a figure built from
+    anything else leaves out what it cannot draw rather than fail the whole page."""
+    return isinstance(v, int | float) and math.isfinite(v) and least <= v <= NUMBER_BOUND
+
+
 def _draw_lines(ax, p: Panel) -> None:  # noqa: ANN001
     xs: list[float] = []
     measured = 0
+    least = 1.0 if p.x_bytes else -NUMBER_BOUND
     for line in p.lines:
-        if not line.points:
+        points = [(a, b) for a, b in line.points if _plottable(a, least) and _plottable(b)]
+        if not points:
             continue
-        x, y = zip(*line.points, strict=True)
+        x, y = zip(*points, strict=True)
         xs += x
         if line.style == "measured":
             color = PALETTE[measured % len(PALETTE)]
@@ -97,7 +107,7 @@ def _draw_lines(ax, p: Panel) -> None:  # noqa: ANN001
         elif line.style == "resumed":
             ax.plot(x, y, ls="none", marker="x", ms=5, color="#d9822b", label=line.label,
                     zorder=4)
-    for h in p.hlines:
+    for h in [h for h in p.hlines if _plottable(h.value)]:
         ax.axhline(h.value, color=FAIL if h.style == "floor" else MUTED, lw=0.9,
                    ls={"floor": ":", "reference": ":", "limit": "-."}[h.style], label=h.label,
                    zorder=1)
@@ -119,16 +129,17 @@ def _draw_lines(ax, p: Panel) -> None:  # noqa: ANN001
 
 def _draw_bars(ax, p: Panel) -> None:  # noqa: ANN001
     labels = [b[0] for b in p.bars]
-    values = [b[1] for b in p.bars]
+    values = [b[1] if _plottable(b[1]) else 0.0 for b in p.bars]  # no bar for no number
     ax.bar(range(len(values)), values, color=[FAIL if b[2] else BAR for b in p.bars],
            width=0.7, zorder=2)
     ax.set_xticks(range(len(values)), labels)
     if len(labels) > 8 or max((len(lb) for lb in labels), default=0) * len(labels) > 60:
         ax.tick_params(axis="x", labelrotation=90)
     ax.grid(axis="x", visible=False)
-    top = max([*values, *(h.value for h in p.hlines)], default=1.0)
+    hlines = [h for h in p.hlines if _plottable(h.value)]
+    top = max([*values, *(h.value for h in hlines)], default=1.0)
     ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
-    for i, h in enumerate(p.hlines):
+    for i, h in enumerate(hlines):
         color = FAIL if h.style == "floor" else MUTED
         ax.axhline(h.value, color=color, lw=1.0, ls="--" if h.style == "floor" else ":",
                    zorder=3)

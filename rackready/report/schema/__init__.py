@@ -21,6 +21,11 @@ from rackready.report.errors import ReportError
 
 SCHEMA_FILE = "report.schema.json"
 KINDS = ("node", "rack")
+# every number a report holds lies within +-NUMBER_BOUND (the schema's minimum and
+# maximum): beyond any figure of a rack (an exabyte, 1e18 FLOP/s), far enough from a
+# float's edge that a median, a sum of 100,000 of them or an axis limit stays finite.
+# The loader clamps what is outside (rackready.report.loader._bounded), naming it.
+NUMBER_BOUND = 1e18
 
 
 @cache

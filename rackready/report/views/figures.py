@@ -60,9 +60,16 @@ def _limit_for(doc: dict[str, Any], metric: str, labels: dict[str, str]) -> dict
     return best
 
 
+def _size(v: Any) -> bool:
+    """A message size the log axis can place: at least one byte (a label "0" or "-4096"
+    stays in the tables, never in the figure)."""
+    x = _num(v)
+    return x is not None and x >= 1
+
+
 def busbw_figure(doc: dict[str, Any]) -> Figure | None:
     ms = [m for m in doc.get("measurements", []) if m["name"] == "nccl.busbw"
-          and _num(m["labels"].get("size_bytes")) is not None and _num(m["value"]) is not None]
+          and _size(m["labels"].get("size_bytes")) and _num(m["value"]) is not None]
     if not ms:
         return None
     ops = list(dict.fromkeys(m["labels"].get("op", "all") for m in ms))
@@ -85,7 +92,7 @@ def busbw_figure(doc: dict[str, Any]) -> Figure | None:
             if tl.get("op", op) != op or _num(t.get("value")) is None:
                 continue
             provs.append(t.get("provenance") or "")
-            if "size_bytes" in tl and _num(tl["size_bytes"]) is not None:
+            if "size_bytes" in tl and _size(tl["size_bytes"]):
                 sized.append((float(tl["size_bytes"]), float(t["value"])))
             elif set(tl) <= {"op"}:
                 flat.append(float(t["value"]))

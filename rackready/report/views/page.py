@@ -3,6 +3,7 @@ references (pure functions of a report document; nothing here decides)."""
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -20,12 +21,14 @@ SIM_BANNER = "SIMULATED \u2014 lab run on simulated hardware; not a hardware acc
 
 
 def _num(v: Any) -> float | None:
+    """v as a finite float, else None: a label "nan" or "1e400", a 400-digit integer."""
     if isinstance(v, bool) or v is None:
         return None
     try:
-        return float(v)
-    except (TypeError, ValueError):
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return x if math.isfinite(x) else None
 
 
 def _gpu_sort(g: str) -> tuple[bool, int, str]:

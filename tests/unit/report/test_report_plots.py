@@ -49,3 +49,32 @@ def test_output_is_reproducible() -> None:
 
 def test_no_panels_no_svg() -> None:
     assert plots.render(Figure("x", "t", "c", [Panel(title="empty")])) == ""
+
+
+EDGES = (0.0, -0.0, -4096.0, float("nan"), float("inf"), -float("inf"), 1.7e308, -1.7e308,
+         1e-320, 5e-324, 1e18)
+
+
+def test_any_value_at_the_edge_of_a_float_draws_or_is_left_out() -> None:
+    """Issue 35 item 4: a size of 0 or -4096 on the log axis, NaN, infinities, 1.7e308 and
+    subnormals once raised (math domain error, "Axis limits cannot be NaN or Inf"); every
+    edge value, in every place a figure takes a number, is drawn or left out: beside
+    ordinary values, and alone in its panel."""
+    mixed = [
+        Panel(title="sizes", x_bytes=True, y_label="GB/s",
+              lines=[Line("measured", [*((e, 1.0) for e in EDGES), *((1 << 20, e) for e in EDGES),
+                                       (4 << 20, 2.0)]),
+                     Line("floor", [(e, e) for e in EDGES], "floor")],
+              hlines=[HLine(e, "floor") for e in EDGES]),
+        Panel(title="time", lines=[Line("GPU 0", [*((e, 1.0) for e in EDGES),
+                                                  *((1.0, e) for e in EDGES)])],
+              hlines=[HLine(e, "limit", "limit") for e in EDGES]),
+        Panel(title="bars", bars=[(f"GPU {i}", e, bool(i % 2)) for i, e in enumerate(EDGES)],
+              hlines=[HLine(EDGES[-1], "floor"), HLine(0.5, "median", "reference")]),
+    ]
+    alone = [p for e in EDGES for p in (
+        Panel(title="size", x_bytes=True, lines=[Line("measured", [(e, e)])],
+              hlines=[HLine(e, "floor")]),
+        Panel(title="bar", bars=[("GPU 0", e, True)], hlines=[HLine(e, "floor")]))]
+    for panels in (mixed, alone):
+        ET.fromstring(plots.render(Figure("edge", "edges", "caption", panels, ncols=6)))
