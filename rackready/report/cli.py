@@ -20,6 +20,7 @@ from rackready.report.build import FORMATS, build_documents, build_reports, rend
 from rackready.report.diff import DEFAULT_NOISE, compare_runs, diff_runs, format_diff
 from rackready.report.errors import ReportError
 from rackready.report.render.summary import summary_table, terminal_summary
+from rackready.report.seal.canonical import load_json
 from rackready.report.seal.signing import (
     MANIFEST,
     PASSPHRASE_ENV,
@@ -185,7 +186,7 @@ def _what_is_verified(report: Path) -> str:
     """The run, inventory, outcome and signer the folder claims, so two racks' signed
     folders are told apart (the claim itself is what the lines below verify)."""
     try:
-        rack = json.loads((resolve_report_dir(report) / "rack.json").read_text("utf-8"))
+        rack = load_json((resolve_report_dir(report) / "rack.json").read_text("utf-8"))
         signoff = rack.get("signoff") or {}
         return one_line(
             f"{report}: rack report of run {rack.get('run_id')}, inventory "

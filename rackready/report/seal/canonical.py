@@ -9,6 +9,10 @@ those differences are handled (_through_json_module: every report, much faster) 
 rfc8785 the rest. NaN, Infinity and integers beyond 2**53-1 have no JCS form and are
 refused with the place they occur.
 
+Reports are read through load_json: nesting deeper than MAX_DEPTH is refused before the
+parser sees it (a file nested 100,000 deep would otherwise end the verify in a
+RecursionError, in the parser or in any of the recursive walks after it).
+
 A report's "sha256" is the SHA-256 of the canonical bytes of the report without
 its "sha256" and "signoff" keys. Leaving the signoff out keeps the hash (and the
 rack report's list of node hashes) unchanged when a report is signed; the
@@ -33,6 +37,12 @@ from rackready.report.errors import ReportError
 # Keys left out of the hashed body (docs/signing.md, "What is covered").
 HASH_EXCLUDED = ("sha256", "signoff")
 SAFE_INT = 2**53 - 1
+# a report is 6 levels deep (measured on the lab's node and rack reports); every walk of
+# a document (the parser, _plain, _first_bad, rfc8785) recurses once per level, under
+# Python's default limit of 1000
+MAX_DEPTH = 64
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
 
 SIGNOFF_STATEMENT = (
     "I have reviewed this acceptance report and confirm that it reflects the tests run "
@@ -141,6 +151,29 @@ def _plain(v: Any, odd: list[float], token: str) -> Any:
     raise _NotPlain
 
 
+def json_depth(text: str) -> int:
+    """How deep the JSON text's arrays and objects nest (brackets outside strings)."""
+    deepest = depth = 0
+    for m in _BRACKET.finditer(_STRING.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def load_json(text: str, **kwargs: Any) -> Any:
+    """json.loads for a document to verify: deeper than MAX_DEPTH is a ValueError naming
+    the cap, never a RecursionError (kwargs: json.loads's, e.g. object_pairs_hook)."""
+    depth = json_depth(text)
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested {depth} levels deep, more than the {MAX_DEPTH} a report "
+                         "may have")
+    try:
+        return json.loads(text, **kwargs)
+    except RecursionError:  # a bracket the scan misread: still one line, never a traceback
+        raise ValueError(f"nested more than the {MAX_DEPTH} levels a report may have"
+                         ) from None
+
+
 def hashed_body(doc: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in doc.items() if k not in HASH_EXCLUDED}
 
@@ -172,10 +205,10 @@ def write_report(path: Path, doc: dict[str, Any]) -> None:
 
 def read_report(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = load_json(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ReportError(f"report not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ReportError(f"{path}: not a readable report JSON ({e})") from None
     if not isinstance(doc, dict) or "sha256" not in doc or "signoff" not in doc:
         raise ReportError(f"{path}: not a rackready report (no sha256/signoff)")

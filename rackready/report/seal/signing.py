@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from rackready.report.errors import ReportError
 from rackready.report.seal.canonical import (
     SIGNOFF_STATEMENT,
     canonical_bytes,
+    load_json,
     read_report,
     report_sha256,
     seal,
@@ -239,8 +239,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _load(path: Path) -> Any:
-    """A JSON file for verification; duplicate keys refused (readers disagree on them)."""
-    return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
+    """A JSON file for verification; duplicate keys refused (readers disagree on them),
+    and nesting past canonical.MAX_DEPTH."""
+    return load_json(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
 
 
 def _listed_node_files(rack: dict[str, Any]) -> list[tuple[str, str]]:
