@@ -6,6 +6,7 @@ its figures and names what the report clamped. The unit tier renders its HTML an
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from rackready.report.build import build_reports
 from rackready.report.render.pdf import find_chromium
+from rackready.report.schema import NUMBER_BOUND
 from tests.unit.real_run_suite import judge_as_its_suite
 from tests.unit.report.extreme_run import write_extreme_run
 
@@ -35,5 +37,10 @@ def test_extreme_values_render_to_pdf(tmp_path: Path, monkeypatch: pytest.Monkey
                           capture_output=True, text=True, check=True).stdout
     words = " ".join(text.split())
     assert "NCCL bus bandwidth vs message size" in words
+    # the judge's verdicts on 1.7e308 and the fleet median: clamped into the schema's range
+    node = json.loads((report / "node-h200x2.json").read_text())
+    gemm = [v["value"] for v in node["verdicts"] if v["metric"] == "gemm.tflops"]
+    assert gemm and all(v == NUMBER_BOUND for v in gemm)
+    assert node["fleet"]["medians"]["gemm.tflops"]["median"] == NUMBER_BOUND
     assert "outside the report's range" in words
     assert "label size_bytes '-4096' is not a number" in words
