@@ -55,9 +55,11 @@ class ResultCaps:
     events: int = 200_000  # events streamed live, or read back from events.jsonl
     json_values: int = 4_000_000  # values one result.json may parse into (bounds memory)
     # the live stream, capped like result.json: its events together hold at most
-    # json_values values; one event at most event_values (a real check_finished, 264
-    # measurements, holds about 4 000), nested at most event_depth (a real one: 5), no
-    # text longer than message_chars
+    # json_values values; one event at most event_values (counted as commas and brackets:
+    # the fixture's largest check_finished, gemm_burnin's 264 measurements, holds 2 361;
+    # 26 lab runs of 8 simulated GPUs, quick and standard: at most 5 844 in one event,
+    # 60 542 in all; a 1 MiB line of real measurements about 60 000), nested at most event_depth
+    # containers (a real one: 5), no text (nor key) longer than message_chars
     event_values: int = 100_000
     event_depth: int = 16
 
