@@ -5,11 +5,18 @@ failing part is named by the serial the node measured (rackready.decide.outcome
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
 from typing import Any
+
+from fault_expectations import HARDWARE_CHECKS
 
 from rackready.decide.identifiers import id_key
 from rackready.decide.integrity import identity_findings, rack_identity_findings
+from rackready.decide.judge import judge_run
 from rackready.decide.outcome import component_words
+from rackready.run.rundir import Plan, PlannedNode, RunDir
 
 SERIAL = "1654123456781"
 UUID = "GPU-5f2c1a9e-3b7d-4c1e-9a0b-1c2d3e4f5a6b"
@@ -74,3 +81,33 @@ def test_the_failing_gpu_is_named_by_the_serial_measured_and_the_inventorys_if_i
     # nothing measured a serial: the inventory's is named as the inventory's, never as measured
     assert component_words({"gpu": "3"}, inventory, {}) == (
         "GPU 3 (serial 1654999999999 as the inventory lists, not measured, PCI 0000:3b:00.0)")
+
+
+def test_a_real_run_whose_inventory_names_another_board_is_judged_naming_both(
+        tmp_path: Path, healthy_hardware_run: Any) -> None:
+    """A real node-side run (hwsim), judged by the controller (judge_run), whose
+    result.json inventory lists another serial for GPU 3 than the node measured, and
+    whose GPU 3 runs hot: the failing part is the measured board, the inventory's named
+    beside it, never the inventory's alone."""
+    run_ = healthy_hardware_run
+    result = run_.result()
+    temps = [m for c in result["checks"] for m in c["measurements"]
+             if m["name"] == "gpu.temperature" and m["labels"].get("gpu") == "3"]
+    measured = temps[0]["labels"]["serial"]
+    for m in temps:
+        m["value"] = 150
+    result["inventory"]["gpus"]["3"]["serial"] = "1654999999999"
+    plan = Plan(run_id="r1", inventory="lab", level="quick", only=list(HARDWARE_CHECKS),
+                nodes=[PlannedNode("gpu01", "xe9680-h200-lab", {**run_.site, "node": "gpu01"},
+                                   without=("bmc",))])
+    run = RunDir.create(None, str(tmp_path / "run"), plan)
+    paths = run.prepare_node("gpu01")
+    paths.result.write_text(json.dumps({**result, "node": "gpu01"}))
+    shutil.copytree(run_.out / "artifacts", paths.artifacts, dirs_exist_ok=True)
+    j = judge_run(run)["gpu01"]
+    hot = [v for v in j["verdicts"] if v["metric"] == "gpu.temperature"
+           and v["outcome"] == "fail"]
+    assert hot, j["outcome_reason"]
+    assert hot[0]["component"].startswith(
+        f"GPU 3 (serial {measured}, not 1654999999999 as the inventory lists"), hot[0]
+    assert j["outcome"] == "FAIL" and measured in j["outcome_reason"]
