@@ -1,8 +1,8 @@
 """Two nodes of one rack reporting one GPU serial in different spellings (rackready.decide
 .identifiers.id_key): the real lab nodes, lab-gpu02's GPU 0 given lab-gpu01's GPU 2 serial
 in full-width digits with a zero-width space in its hwsim state, so the node's own
-nvidia-smi prints it so; one `invoke validate` narrowed to gpu.inventory on both (about
-10 s on the lab). Both nodes carry the finding, each naming the other's spelling."""
+nvidia-smi prints it so; one validate run narrowed to gpu.inventory on both (4.1 s
+measured on the lab). Both nodes carry the finding, each naming the other's spelling."""
 
 from __future__ import annotations
 
