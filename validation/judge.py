@@ -19,6 +19,7 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from collections import defaultdict
@@ -64,6 +65,16 @@ def fleet_outliers(values_by_entity: dict[str, float], k: float,
 
 def component(labels: dict[str, str]) -> str:
     """The part a technician acts on, in words."""
+    key = tuple(sorted(labels.items()))
+    try:
+        return _component(key)
+    except TypeError:  # a label value that cannot be hashed (an unusual result): uncached
+        return _component.__wrapped__(key)
+
+
+@functools.lru_cache(maxsize=8192)  # a node's verdicts name the same few hundred parts
+def _component(key: LabelKey) -> str:
+    labels = dict(key)
     parts = []
     if "gpu" in labels:
         gpu = f"GPU {labels['gpu']}"
@@ -101,17 +112,17 @@ def component(labels: dict[str, str]) -> str:
         parts.append(f"hardware error at {labels['mce_at']}")
     if "numa" in labels:
         parts.append(f"NUMA node {labels['numa']}")
-    for key, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
-                      ("array", "md array"), ("token", "kernel parameter"),
-                      ("module", "module"), ("priority", "priority"), ("dscp", "DSCP"),
-                      ("param", "firmware setting"),
-                      # out of band (BMC)
-                      ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
-                      ("bios", "BIOS setting"),
-                      ("log", "BMC log"), ("entry", "entry"),
-                      ("cable", "cable"), ("node", "node")):
-        if key in labels and not (key == "node" and "gpu" in labels):
-            parts.append(f"{what} {labels[key]}")
+    for name, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
+                       ("array", "md array"), ("token", "kernel parameter"),
+                       ("module", "module"), ("priority", "priority"), ("dscp", "DSCP"),
+                       ("param", "firmware setting"),
+                       # out of band (BMC)
+                       ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
+                       ("bios", "BIOS setting"),
+                       ("log", "BMC log"), ("entry", "entry"),
+                       ("cable", "cable"), ("node", "node")):
+        if name in labels and not (name == "node" and "gpu" in labels):
+            parts.append(f"{what} {labels[name]}")
     return ", ".join(parts) or "node"
 
 
