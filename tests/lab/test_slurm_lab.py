@@ -90,21 +90,27 @@ def test_validate_via_slurm_drains_the_faulted_node_and_resumes_it_once_healed(s
         failed = _judgement(run["out"], FAULTED)
         assert failed["outcome"] == "FAIL"
         # each node's suite ran as a Slurm job of its own
+        # (the inventory's nodes, all in Slurm: two, or three in a reused lab)
+        members = sorted(_states())
         jobs = run["slurm"]["jobs"]
-        assert set(jobs) == set(slurm_lab.names) and all(j.isdigit() for j in jobs.values())
-        assert len(set(jobs.values())) == 2
+        assert set(jobs) == set(members) and all(j.isdigit() for j in jobs.values())
+        assert len(set(jobs.values())) == len(members)
+        # each id is the job Slurm ran on that node (squeue's, never the node's stream)
+        for name, job in jobs.items():
+            assert f" NodeList={name}" in _ctl(f"scontrol show job -o {job}")
         # the suite exits 1 on a failing node: Slurm records the job FAILED, the other done
         show = _ctl(f"scontrol show job -o {jobs[FAULTED]}")
         assert f" NodeList={FAULTED}" in show and "JobState=FAILED" in show, show
         assert "JobState=COMPLETED" in _ctl(f"scontrol show job -o {jobs[healthy]}")
         # and the rack step in one allocation of both nodes (released after it)
         (rack,) = run["slurm"]["rack_jobs"]
-        assert "NodeList=lab-gpu[01-02]" in _ctl(f"scontrol show job -o {rack}")
+        span = f"lab-gpu[01-{len(members):02d}]"
+        assert f"NodeList={span}" in _ctl(f"scontrol show job -o {rack}")
         # drained with its reason, the healthy one left idle; the run's reservation is gone
         assert "DRAIN" in _ctl(f"scontrol show node -o {FAULTED}")
         reason = _reason(FAULTED)
         assert reason.startswith("rackready: ") and "gpu.ecc" in reason, reason
-        assert _states()[healthy] == "idle"
+        assert all(_states()[n] == "idle" for n in members if n != FAULTED)
         assert "No reservations" in _ctl("scontrol show reservation")
     finally:
         lab.heal(FAULTED)
@@ -128,6 +134,54 @@ def test_a_node_drained_by_someone_else_is_left_as_it_is(slurm_lab, tmp_path):
         assert _reason(node) == "bad DIMM, ticket 42"
     finally:
         _ctl(f"scontrol update nodename={node} state=resume")
+
+
+def test_a_node_slurm_cannot_run_jobs_on_is_incomplete_at_once_and_never_drained(slurm_lab,
+                                                                               tmp_path):
+    """A node down in Slurm (as one whose slurmd never joined is): Slurm's state, said
+    before any job is submitted; its Slurm reason stays the admin's."""
+    node = slurm_lab.names[-1]
+    _ctl(f"scontrol update nodename={node} state=down reason='lab: slurmd stopped'")
+    try:
+        t0 = time.monotonic()
+        rc, run = _validate(tmp_path, "down", "--node", node)
+        assert rc == 1 and time.monotonic() - t0 < 60
+        j = _judgement(run["out"], node)
+        assert j["outcome"] == "INCOMPLETE"
+        assert "Slurm cannot run a job on it: State=DOWN" in j["outcome_reason"], j
+        assert _reason(node) == "lab: slurmd stopped"
+        assert run["slurm"]["actions"][node].startswith("not drained: ")
+    finally:
+        _ctl(f"scontrol update nodename={node} state=resume")
+    _wait_for(node, "idle", 30)
+
+
+def test_a_job_that_never_starts_is_cancelled_with_squeues_reason_and_never_drained(
+        slurm_lab, tmp_path):
+    """Another job holds the node: the run's job stays pending, is cancelled at the launch's
+    pending limit (45 s, rackready.remote.slurm.PENDING_S: this test's cost) and the node is
+    INCOMPLETE with squeue's reason, not drained."""
+    node = slurm_lab.names[-1]
+    holder = _ctl(f"sbatch --parsable -p gpu -w {node} --exclusive --job-name=lab-holder "
+                  "-o /dev/null --wrap 'sleep 300'").strip()
+    try:
+        deadline = time.monotonic() + 30
+        while "RUNNING" not in _ctl(f"squeue -h -j {holder} -o %T"):
+            assert time.monotonic() < deadline, f"job {holder} never ran on {node}"
+            time.sleep(0.5)
+        t0 = time.monotonic()
+        rc, run = _validate(tmp_path, "pending", "--node", node)
+        assert rc == 1 and time.monotonic() - t0 < 90
+        j = _judgement(run["out"], node)
+        job = run["slurm"]["jobs"][node]
+        assert j["outcome"] == "INCOMPLETE"
+        assert f"Slurm job {job} never started: PENDING (" in j["outcome_reason"], j
+        assert "JobState=CANCELLED" in _ctl(f"scontrol show job -o {job}")
+        assert "drain" not in _states()[node] and _reason(node) == ""
+        assert run["slurm"]["actions"][node].startswith(f"not drained: Slurm job {job} ")
+    finally:
+        _ctl(f"scancel {holder}")
+    _wait_for(node, "idle", 60)
 
 
 # what the role's wrapper (slurmd's HealthCheckProgram) runs, with the gate's own exit code
