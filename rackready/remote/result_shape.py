@@ -30,6 +30,10 @@ _TEXT_KEYS = ("run_id", "node", "hostname", "profile", "level", "started", "fini
               "nonce")
 OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 _MAX_DETAILS = 5  # problems named one by one; the rest are counted
+# No figure a node measures comes near 1e18 in its unit (bytes, FLOP/s in TFLOPS, counts,
+# seconds); past it a value is a lie or an overflow that every renderer, canonical form
+# and statistic would have to survive. The report schema bounds its numbers by the same.
+VALUE_BOUND = 1e18
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,13 @@ def _name(text: str) -> str:
     return one_line(str(text), 60)
 
 
+def _shown(v: int | float) -> str:
+    """A huge number in a problem line (a 400-digit integer has no float form)."""
+    if isinstance(v, int) and len(str(abs(v))) > 20:
+        return f"an integer of {len(str(abs(v)))} digits"
+    return f"{v:.4g}"
+
+
 def _kind(v: Any) -> str:
     return {dict: "an object", list: "a list", str: "text", bool: "a boolean",
             type(None): "null"}.get(type(v), "a number")
@@ -172,6 +183,11 @@ def _measurement(m: Any, where: str, p: _Problems) -> dict[str, Any] | None:
         value = None
     if isinstance(value, str):
         value = p.cut(value, f"{where}.value")
+    elif isinstance(value, int | float) and not isinstance(value, bool) \
+            and abs(value) > VALUE_BOUND:
+        p.add(f"{where}.value", f"{_shown(value)} is beyond +-{VALUE_BOUND:g}, no figure a "
+                                "node measures; read as not measured")
+        value = None
     return {
         "name": p.cut(m["name"], f"{where}.name"),
         "value": value,

@@ -280,8 +280,8 @@ class RunDir:
                 if len(events) >= result_shape.CAPS.events:  # the live stream stops there too
                     bad += 1
                     continue
-                try:
-                    ev = load_untrusted_json(raw, [])
+                try:  # the node may have written this file itself: capped as the stream is
+                    ev = load_untrusted_json(raw, [], result_shape.CAPS.event_values)
                 except ValueError:
                     bad += 1
                     continue

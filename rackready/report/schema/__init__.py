@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema_rs
 from jsonschema import Draft202012Validator
 
+from rackready.remote.result_shape import VALUE_BOUND
 from rackready.report.errors import ReportError
 
 SCHEMA_FILE = "report.schema.json"
@@ -24,8 +25,9 @@ KINDS = ("node", "rack")
 # every number a report holds lies within +-NUMBER_BOUND (the schema's minimum and
 # maximum): beyond any figure of a rack (an exabyte, 1e18 FLOP/s), far enough from a
 # float's edge that a median, a sum of 100,000 of them or an axis limit stays finite.
-# The loader clamps what is outside (rackready.report.loader._bounded), naming it.
-NUMBER_BOUND = 1e18
+# The loader clamps what is outside (rackready.report.loader._bounded), naming it; a node's
+# measurement beyond it is already read as not measured (rackready.remote.result_shape).
+NUMBER_BOUND = VALUE_BOUND
 
 
 @cache

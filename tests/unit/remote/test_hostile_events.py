@@ -203,3 +203,18 @@ def test_a_result_rebuilt_from_the_stream_keeps_a_failure_the_node_took_back():
     assert [(c["check"], c["status"]) for c in rebuilt["checks"]] == [("a", "error"),
                                                                       ("b", "timeout")]
     assert problems == ["the live stream finished check a error, then ok; error kept"]
+
+
+def test_an_events_file_the_node_wrote_is_read_back_under_the_event_cap(tmp_path):
+    """`invoke report` on a node's own --out folder reads the events.jsonl the node wrote:
+    a line of countless tiny values is refused before it is parsed, as on the stream."""
+    from rackready.run.rundir import Plan, PlannedNode, RunDir
+
+    plan = Plan(run_id="r", inventory="lab", level="quick", only=None,
+                nodes=[PlannedNode("gpu01", "xe9680-h200")])
+    run = RunDir.create(None, str(tmp_path / "run"), plan)
+    events = run.prepare_node("gpu01").events
+    padded = {"event": "progress", "check": "x", "pad": [{}] * (result_shape.CAPS.event_values + 1)}
+    events.write_text(json.dumps({"event": "run_started"}) + "\n" + json.dumps(padded) + "\n")
+    read, bad = run.read_events("gpu01")
+    assert [e["event"] for e in read] == ["run_started"] and bad == 1

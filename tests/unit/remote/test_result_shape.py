@@ -34,6 +34,10 @@ def _break_value(r):
     _measurement(r, "gpu.temperature")["value"] = [35, 36]
 
 
+def _huge_rate(r):  # GEMM at the edge of a float: every renderer and median had to survive it
+    _measurement(r, "gpu.temperature")["value"] = 1.7e308
+
+
 def _break_unit(r):
     _measurement(r, "gpu.temperature")["unit"] = {"C": True}
 
@@ -57,6 +61,7 @@ def _break_tools(r):
 @pytest.mark.parametrize("edit, part", [
     (_break_label, "labels.gpu"),
     (_break_value, ".value is a list"),
+    (_huge_rate, ".value 1.7e+308 is beyond +-1e+18"),
     (_break_unit, ".unit is an object"),
     (_break_artifact_digest, "is not a SHA-256 digest"),
     (_break_status, ".status"),
