@@ -25,7 +25,7 @@ import hashlib
 import json
 from typing import Any
 
-from rackready.decide.integrity import replay_findings, session_findings
+from rackready.decide.integrity import gpu_ids, replay_findings, session_findings
 from rackready.decide.outcome import decide_node, missing_check_verdict, verdict_dict
 from rackready.decide.records import BmcRecord, GoldenPoint, Judgement, ScopeRecord
 from rackready.redfish.envelope import series as envelope_series
@@ -200,7 +200,9 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
     # the node never writes (validation.model.CheckStatus)
     reported = {r.check for r in results if r.status != INTERRUPTED}
     missing = [c for c in expected_checks(ctx.level, ctx.only) if c not in reported]
-    verdict_dicts = [verdict_dict(v, "node", inventory) for v in verdicts]
+    # a failing GPU is named by the serial the node measured (and the inventory's, if other)
+    measured = gpu_ids(source) if source is not None else None
+    verdict_dicts = [verdict_dict(v, "node", inventory, measured) for v in verdicts]
     verdict_dicts += [missing_check_verdict(c, ctx.level) for c in missing]
     claimed = (result or {}).get("outcome")
     judgement: Judgement = {

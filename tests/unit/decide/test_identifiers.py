@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fault_expectations import HARDWARE_CHECKS
 
 from rackready.decide.identifiers import id_key
@@ -83,12 +84,14 @@ def test_the_failing_gpu_is_named_by_the_serial_measured_and_the_inventorys_if_i
         "GPU 3 (serial 1654999999999 as the inventory lists, not measured, PCI 0000:3b:00.0)")
 
 
+@pytest.mark.parametrize("labelled", [True, False], ids=["serial-label", "no-serial-label"])
 def test_a_real_run_whose_inventory_names_another_board_is_judged_naming_both(
-        tmp_path: Path, healthy_hardware_run: Any) -> None:
+        tmp_path: Path, healthy_hardware_run: Any, labelled: bool) -> None:
     """A real node-side run (hwsim), judged by the controller (judge_run), whose
     result.json inventory lists another serial for GPU 3 than the node measured, and
     whose GPU 3 runs hot: the failing part is the measured board, the inventory's named
-    beside it, never the inventory's alone."""
+    beside it, never the inventory's alone; also where the failing measurement carries no
+    serial label (the node's gpu.serial measurement names the board)."""
     run_ = healthy_hardware_run
     result = run_.result()
     temps = [m for c in result["checks"] for m in c["measurements"]
@@ -96,6 +99,8 @@ def test_a_real_run_whose_inventory_names_another_board_is_judged_naming_both(
     measured = temps[0]["labels"]["serial"]
     for m in temps:
         m["value"] = 150
+        if not labelled:
+            del m["labels"]["serial"]
     result["inventory"]["gpus"]["3"]["serial"] = "1654999999999"
     plan = Plan(run_id="r1", inventory="lab", level="quick", only=list(HARDWARE_CHECKS),
                 nodes=[PlannedNode("gpu01", "xe9680-h200-lab", {**run_.site, "node": "gpu01"},
