@@ -139,6 +139,12 @@ def _scrub(text: str, secret: str) -> str:
     return line.replace(secret, "********") if secret else line
 
 
+# what the sampler measures while a node's suite runs: a BMC read alone has none of these
+METRICS = ("bmc.envelope.samples", "bmc.envelope.refused_readings", "bmc.power.peak_w",
+           "bmc.power.one_lost_load_ratio", "bmc.inlet.peak_c", "bmc.exhaust.peak_c",
+           "bmc.psu.health_under_load", "bmc.fan.health_under_load")
+
+
 def measurements(envelope: dict[str, Any] | None) -> list[Measurement]:
     """The envelope's numbers for the check `bmc`; opinions come from the profile."""
     if not envelope:

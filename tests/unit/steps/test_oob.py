@@ -11,7 +11,7 @@ from rackready.decide.judge import judge_run
 from rackready.run.rundir import Plan, PlannedNode, RunDir
 from rackready.site.bmc import BmcAccess, Secret
 from rackready.site.inventory import Node
-from rackready.steps import oob
+from rackready.steps import envelope, oob
 from tests.unit.fake_redfish import FakeBMC, make_ca
 from validation.judge import judge
 from validation.model import CheckResult
@@ -74,9 +74,7 @@ def collect(bmc: FakeBMC, certs, baseline, name: str = "gpu01", **kw) -> dict:
 
 
 # measured while a node's suite runs (rackready.steps.envelope); a read alone has none
-ENVELOPE = {"bmc.envelope.samples", "bmc.envelope.refused_readings", "bmc.inlet.peak_c",
-            "bmc.power.one_lost_load_ratio", "bmc.psu.health_under_load",
-            "bmc.fan.health_under_load"}
+ENVELOPE = set(envelope.METRICS)
 
 
 def failing(rec: dict, profile: str = "xe9680-h200") -> list:
