@@ -23,7 +23,7 @@ def test_suites_cases_failures_and_skips(tmp_path: Path) -> None:
     fail = suites["gpu02"].find("testcase/failure")
     assert fail.get("message") == "GPU 3 sustained 540 TFLOP/s, below 600"
     assert "remediation: Check GPU 3 cooling" in fail.text
-    assert "component: GPU 3 (serial 1653124042737)" in fail.text
+    assert "component: GPU 3 (serial 1653124042737 as the inventory lists)" in fail.text
     skip = suites["gpu01"].find("testcase/skipped")
     assert skip.get("message") == "the profile asks for no InfiniBand"
     assert root.get("failures") == "1" and root.get("tests") == "22"
