@@ -1,4 +1,4 @@
-"""Numbers at the edge, printed (issue 35, item 4): the run whose node reports size labels
+"""Numbers at the edge, printed: the run whose node reports size labels
 "0", "-4096" and "nan", GEMM rates of 1.7e308 and intervals of -0.0 and 1e-320
 (tests/unit/report/extreme_run.py) renders to PDF like every other format: the page holds
 its figures and names what the report clamped. The unit tier renders its HTML and JUnit

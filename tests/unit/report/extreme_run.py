@@ -1,5 +1,5 @@
-"""A run whose node reports numbers at the edge of what JSON and a float hold (issue 35,
-item 4): the real 2x H200 quick result (tests/unit/real_run_suite.py) with message-size
+"""A run whose node reports numbers at the edge of what JSON and a float hold: the
+real 2x H200 quick result (tests/unit/real_run_suite.py) with message-size
 labels "0", "-4096" and "nan", every GEMM rate 1.7e308 (its fleet median overflowed to
 infinity), and burn-in intervals of -0.0 and 1e-320. Judged by the real controller and
 reported by the real loader and renderers; shared by the unit tier (HTML, JUnit) and the

@@ -1,4 +1,4 @@
-"""Numbers at the edge (issue 35, item 4): the report schema states the range of every
+"""Numbers at the edge: the report schema states the range of every
 number it holds; the loader clamps what is outside (rackready.report.loader._bounded).
 The run whose node reports them through the real controller:
 test_report_extremes_controller.py; its PDF, and the real 2x H200 result with every GEMM

@@ -1,4 +1,4 @@
-"""Numbers at the edge through the real controller (issue 35, item 4): an in-process SSH
+"""Numbers at the edge through the real controller: an in-process SSH
 node (tests/unit/fake_node.py) whose result.json carries message-size labels "0", "-4096"
 and "nan", GEMM rates of 1.7e308 (their fleet median once overflowed to infinity) and
 burn-in intervals of -0.0 and 1e-320. `invoke validate` once ended in a traceback: no

@@ -56,7 +56,7 @@ EDGES = (0.0, -0.0, -4096.0, float("nan"), float("inf"), -float("inf"), 1.7e308,
 
 
 def test_any_value_at_the_edge_of_a_float_draws_or_is_left_out() -> None:
-    """Issue 35 item 4: a size of 0 or -4096 on the log axis, NaN, infinities, 1.7e308 and
+    """A size of 0 or -4096 on the log axis, NaN, infinities, 1.7e308 and
     subnormals once raised (math domain error, "Axis limits cannot be NaN or Inf"); every
     edge value, in every place a figure takes a number, is drawn or left out: beside
     ordinary values, and alone in its panel."""
