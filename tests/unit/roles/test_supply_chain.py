@@ -520,8 +520,8 @@ def test_with_a_bundle_pip_installs_the_hash_pinned_file_from_the_verified_wheel
 @pytest.mark.parametrize(("mode", "args"), [
     ({"validation_tools_bundle_url": "http://m/b/"},
      "--require-hashes --no-index --find-links /opt/rackready/bundle/wheels"),
-    ({"validation_tools_wheelhouse_url": "http://10.0.0.1/w/"},
-     "--require-hashes --no-index --find-links http://10.0.0.1/w/ --trusted-host 10.0.0.1"),
+    ({"validation_tools_wheelhouse_url": "http://192.0.2.10/w/"},
+     "--require-hashes --no-index --find-links http://192.0.2.10/w/ --trusted-host 192.0.2.10"),
     ({"validation_tools_wheelhouse_url": "https://mirror.example/w/"},  # TLS: nothing trusted
      "--require-hashes --no-index --find-links https://mirror.example/w/"),
     ({}, "--require-hashes"),  # online, pip's configured index
