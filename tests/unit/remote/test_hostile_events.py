@@ -7,22 +7,16 @@ its measurements) must be what result.json says."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import hashlib
 import io
 import json
 import sys
-import tarfile
 import tracemalloc
-from pathlib import Path
 
 import pytest
 from fake_node import FakeNode
+from fake_rack import play_every_node, provisioned_roles
 
-from rackready.remote import bundle, result_shape
-from rackready.remote import session as node_session
-from rackready.site.inventory import provisioned
-from rackready.steps import rack as rack_step
+from rackready.remote import result_shape
 from rackready.steps import validate
 
 # `python -m validation run ...` from the shipped bundle: streams per HOSTILE, then writes
@@ -73,39 +67,15 @@ ev(event="run_finished", outcome="PASS")
 '''
 
 
-def _bundle() -> tuple[bytes, str]:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, text in (("validation/__init__.py", ""), ("validation/__main__.py", SUITE)):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    tar_bytes = raw.getvalue()
-    return gzip.compress(tar_bytes, mtime=0), hashlib.sha256(tar_bytes).hexdigest()
-
-
 @pytest.fixture
 def rack(tmp_path, monkeypatch):
     """Nodes by mode: rack(("gpu01", "honest"), ("gpu02", "padded"), env={...})."""
-    venv = tmp_path / "venv" / "bin"
-    venv.mkdir(parents=True)
-    (venv / "python").symlink_to(sys.executable)
-    roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
+    roles = provisioned_roles(tmp_path)
     lab = {"profile": "xe9680-h200-lab", "fabric": "roce", "validation_without": ("bmc",),
            "provisioned": roles}
     fakes: list[FakeNode] = []
     nodes = {}
-    real = node_session.run_on_node
-
-    def on_its_own_folder(client, node_name, **kw):  # one machine plays every node
-        return real(client, node_name, **{**kw, "remote_base": str(tmp_path / node_name / "b")})
-
-    monkeypatch.setattr(node_session, "run_on_node", on_its_own_folder)
-    monkeypatch.setattr(validate, "_load", lambda inv: list(nodes.values()))
-    monkeypatch.setattr(validate, "_find", lambda name, inv: nodes[name])
-    monkeypatch.setattr(bundle, "build", _bundle)
-    monkeypatch.setattr(rack_step, "run_rack_step", lambda *a, **k: {"groups": []})
+    play_every_node(monkeypatch, tmp_path, nodes, SUITE)
     monkeypatch.setattr(sys, "stdout", io.StringIO())
 
     def run(*modes: tuple[str, str], env: dict[str, str] | None = None) -> dict:

@@ -6,22 +6,16 @@ than any real node has. Every node is reported; the honest one is judged as usua
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import hashlib
 import io
 import json
 import sys
-import tarfile
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from fake_node import FakeNode
+from fake_rack import play_every_node, provisioned_roles
 
-from rackready.remote import bundle, result_shape
-from rackready.remote import session as node_session
-from rackready.site.inventory import provisioned
-from rackready.steps import rack as rack_step
+from rackready.remote import result_shape
 from rackready.steps import validate
 
 # `python -m validation run ...` from the shipped bundle: this tiny package, not the suite
@@ -52,18 +46,6 @@ ev(event="run_finished", outcome="PASS")
 '''
 
 
-def _bundle() -> tuple[bytes, str]:
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tar:
-        for name, text in (("validation/__init__.py", ""), ("validation/__main__.py", SUITE)):
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    tar_bytes = raw.getvalue()
-    return gzip.compress(tar_bytes, mtime=0), hashlib.sha256(tar_bytes).hexdigest()
-
-
 class _Tty(io.TextIOWrapper):
     """A terminal: the board redraws every node's line on each update, strict UTF-8."""
 
@@ -73,10 +55,7 @@ class _Tty(io.TextIOWrapper):
 
 @pytest.fixture
 def hostile(tmp_path, monkeypatch):
-    venv = tmp_path / "venv" / "bin"
-    venv.mkdir(parents=True)
-    (venv / "python").symlink_to(sys.executable)
-    roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
+    roles = provisioned_roles(tmp_path)
     lab = {"profile": "xe9680-h200-lab", "validation_without": ("bmc",),
            "provisioned": roles}
     fakes, nodes = [], {}
@@ -85,17 +64,7 @@ def hostile(tmp_path, monkeypatch):
         fake = FakeNode(tmp_path / name, env={"HOSTILE": mode, "NODE_NAME": name})
         fakes.append(fake)
         nodes[name] = dataclasses.replace(fake.node, name=name, **lab)
-    real = node_session.run_on_node
-
-    def on_its_own_folder(client, node_name, **kw):  # one machine plays every node
-        return real(client, node_name, **{**kw, "remote_base": str(tmp_path / node_name / "b")})
-
-    monkeypatch.setattr(node_session, "run_on_node", on_its_own_folder)
-    monkeypatch.setattr(validate, "_load", lambda inv: list(nodes.values()))
-    monkeypatch.setattr(validate, "_find", lambda name, inv: nodes[name])
-    monkeypatch.setattr(bundle, "build", _bundle)
-    # the rack step needs real rails; its commands are tested in test_rack_checks.py
-    monkeypatch.setattr(rack_step, "run_rack_step", lambda *a, **k: {"groups": []})
+    play_every_node(monkeypatch, tmp_path, nodes, SUITE)
     monkeypatch.setattr(result_shape, "CAPS", result_shape.ResultCaps(measurements=300))
     tty = _Tty(io.BytesIO(), encoding="utf-8", errors="strict", write_through=True)
     monkeypatch.setattr(sys, "stdout", tty)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import sys
 import threading
 import time
 import tracemalloc
@@ -19,16 +18,13 @@ from typing import Any
 
 import pytest
 from fake_node import FakeNode
+from fake_rack import play_every_node, provisioned_roles
 
 from rackready.redfish import envelope as rf_env
-from rackready.remote import bundle
-from rackready.remote import session as node_session
 from rackready.site.bmc import BmcAccess, Secret
-from rackready.site.inventory import provisioned
 from rackready.steps import envelope, oob, validate
-from rackready.steps import rack as rack_step
 from tests.unit.fake_redfish import FakeBMC, make_ca
-from tests.unit.remote.test_hostile_node_data import _bundle
+from tests.unit.remote.test_hostile_node_data import SUITE
 from tests.unit.steps.test_envelope import _verdicts
 from tests.unit.steps.test_oob import PASSWORD, node
 
@@ -98,10 +94,7 @@ def test_a_reading_json_cannot_hold_is_refused_by_name_and_the_record_is_written
 def test_a_bmc_answering_nan_leaves_every_node_its_report(certs, tmp_path, monkeypatch):
     """The whole controller: gpu01's BMC answers NaN for its draw, gpu02's is honest; the
     run ends with both nodes judged and reported (it threw before: 'Out of range float')."""
-    venv = tmp_path / "venv" / "bin"
-    venv.mkdir(parents=True)
-    (venv / "python").symlink_to(sys.executable)
-    roles = {**provisioned({}, Path("roles")), "validation_tools_venv": str(venv.parent)}
+    roles = provisioned_roles(tmp_path)
     bmcs = {"gpu01": FakeBMC(certs, "dell", password=PASSWORD),
             "gpu02": FakeBMC(certs, "dell", password=PASSWORD)}
     for name, bmc in bmcs.items():
@@ -117,16 +110,7 @@ def test_a_bmc_answering_nan_leaves_every_node_its_report(certs, tmp_path, monke
         nodes[name] = dataclasses.replace(fake.node, name=name, profile="xe9680-h200-lab",
                                           fabric="ib", provisioned=roles,
                                           bmc=lambda a=access: a)
-    real = node_session.run_on_node
-
-    def on_its_own_folder(client, node_name, **kw):  # one machine plays every node
-        return real(client, node_name, **{**kw, "remote_base": str(tmp_path / node_name / "b")})
-
-    monkeypatch.setattr(node_session, "run_on_node", on_its_own_folder)
-    monkeypatch.setattr(validate, "_load", lambda inv: list(nodes.values()))
-    monkeypatch.setattr(validate, "_find", lambda name, inv: nodes[name])
-    monkeypatch.setattr(bundle, "build", _bundle)
-    monkeypatch.setattr(rack_step, "run_rack_step", lambda *a, **k: {"groups": []})
+    play_every_node(monkeypatch, tmp_path, nodes, SUITE)
     monkeypatch.setattr(oob, "BASELINE_DIR", tmp_path / "no-baseline")
     out = tmp_path / "run"
     try:
