@@ -264,6 +264,34 @@ def _topo_cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(sep, line) if c.strip()]
 
 
+def _topo_trailer(line: str, cells: list[str], n_devices: int,
+                  extra: list[str], header: str) -> dict[str, str]:
+    """A GPU row's cells after the device columns, by header name ("CPU Affinity",
+    "NUMA Affinity", "GPU NUMA ID").
+
+    The CPU Affinity cell may be empty (a GPU whose CPU affinity NVML cannot report:
+    VMs, some Grace hosts); it is the cell right after the last device column, so it is
+    taken by position and the empty value kept. The cells after it are taken as the
+    non-empty ones in order: nvidia-smi pads them with extra tabs (`0\t\tN/A`, `0-7\t\tN/A`
+    by driver), so an empty cell there is padding, never a value.
+    """
+    if "CPU Affinity" not in extra or extra.index("CPU Affinity") != 0:
+        return dict(zip(extra, [c for c in cells[n_devices:] if c], strict=False))
+    if "\t" in line:
+        fields = [c.strip() for c in line.split("\t")][1 + n_devices:]
+        if not fields:
+            return {}
+        cpu, rest = fields[0], [c for c in fields[1:] if c]
+    else:  # spaces: an empty CPU cell shows as the next value standing in NUMA's column
+        rest = [c for c in cells[n_devices:] if c]
+        cpu = rest.pop(0) if rest else ""
+        spans = [m.start() for m in re.finditer(r"\S+(?: \S+)*", line)][1 + n_devices:]
+        numa_at = header.find("NUMA Affinity")
+        if cpu and spans and numa_at > 0 and spans[0] >= numa_at:
+            rest, cpu = [cpu, *rest], ""
+    return dict(zip(extra, [cpu, *rest], strict=False))
+
+
 def parse_topo(text: str) -> Topology:
     """Parse `nvidia-smi topo -m`: the GPU rows (NIC rows repeat the GPU-NIC cells),
     each GPU's CPU and NUMA affinity, and the NIC legend."""
@@ -291,7 +319,7 @@ def parse_topo(text: str) -> Topology:
         for dev, cell in zip(devices, cells, strict=False):
             if dev != row:
                 matrix[(row, dev)] = cell
-        rest = dict(zip(extra, cells[len(devices):], strict=False))
+        rest = _topo_trailer(ln, cells, len(devices), extra, lines[0])
         if "NUMA Affinity" in rest:
             numa[row] = _na(rest["NUMA Affinity"])
         if "CPU Affinity" in rest:
