@@ -121,8 +121,9 @@ def test_topo_empty_cpu_affinity_keeps_the_numa_node():
 
 
 def test_topo_empty_cpu_affinity_pasted_as_spaces():
-    """The same empty cell in a capture whose tabs became spaces (sglang issue 30401's
-    8x H100 matrix, the cpulist blanked in code): the NUMA value stands in its own column."""
+    """The same empty cell in a capture whose tabs became spaces (the 8x H100 matrix of
+    sgl-project/sglang issue 30401, the cpulist blanked in code): the NUMA value stands in
+    its own column."""
     topology = FIX.parent / "topology" / "hgx-h100-8nic-spaces.txt"
     text = topology.read_text().replace("0-47,96-143", " " * len("0-47,96-143"))
     topo = ns.parse_topo(text)
