@@ -55,11 +55,23 @@ def _labels(ctx: Context, uuids: dict[int, str]) -> dict[int, dict[str, str]]:
 def nvlink_links(ctx: Context) -> Iterator[Measurement]:
     state = read_nvlink_status(ctx.run(["nvidia-smi", "nvlink", "-s"],
                                        artifact="nvidia-smi-nvlink-s.txt"))
+    if state.no_nvlink_any:
+        # nvidia-smi states that no GPU has NVLink: 0 links on each GPU the node has, judged
+        # by the profile (one expecting NVLink fails; one without NVLink sets no limit)
+        gpus = smi(ctx).gpus
+        if not gpus:
+            raise ParseError(f"nvidia-smi nvlink -s says {state.no_nvlink_any!r} and "
+                             "nvidia-smi -q lists no GPU")
+        for g in gpus:
+            yield m("nvlink.links_up", 0, {**gpu_labels(g), "nvlink": "none"})
+        return
     if not state.links and not state.unknown and not state.note:
         raise CheckSkipped("nvidia-smi nvlink -s lists no NVLink on any GPU")
     labels = _labels(ctx, state.uuids)
     for gpu, links in state.links.items():
         lab = labels.get(gpu, {"gpu": str(gpu)})
+        if gpu in state.no_nvlink:  # "Device does not have or support Nvlink": 0 links
+            lab = {**lab, "nvlink": "none"}
         # all links inactive: nvidia-smi's message, read as 0 up (the judge fails it)
         yield m("nvlink.links_up", sum(v is not None for v in links.values()), lab)
         for link, speed in links.items():

@@ -7,13 +7,18 @@ Shapes (keys from DCGM's nvvs/include/NvvsJsonStrings.h):
 - DCGM 3: the same under "DCGM GPU Diagnostic", each result naming "gpu_id" (or a
   "gpu_ids" list "0,1,2") instead of entity_id.
 A result with no GPU (a system-wide test such as software's denylist) is kept with gpu "all".
-Anything else raises ParseError("unparsed ..."), never an empty pass.
+DCGM 3's writer (jsoncpp arrays filled by index) leaves `null` where a category, test,
+result or warning was never filled in (a test not run at that level, a GPU not in the
+group): a null is no entry and is skipped; the entries around it are read as usual.
+Anything else raises ParseError("unparsed ..."), never an empty pass: a diagnostic whose
+entries are all null has no results and is refused.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from validation.probes.nvidia_smi import ParseError
 
@@ -49,6 +54,13 @@ def _gpus(res: dict[str, object]) -> list[str]:
     return ["all"]
 
 
+def _entries(items: object) -> list[Any]:
+    """A JSON list's entries without its nulls (DCGM 3's unfilled slots)."""
+    if not isinstance(items, list):
+        raise ParseError(f"unparsed dcgmi diag JSON: {type(items).__name__} where a list is")
+    return [i for i in items if i is not None]
+
+
 def parse_diag_json(text: str) -> list[DiagResult]:
     try:
         doc = json.loads(text)
@@ -59,11 +71,11 @@ def parse_diag_json(text: str) -> list[DiagResult]:
         raise ParseError("unparsed dcgmi diag JSON: no 'DCGM Diagnostic' test_categories")
     out: list[DiagResult] = []
     try:
-        for cat in root["test_categories"]:
-            for test in cat["tests"]:
-                for res in test.get("results") or []:
+        for cat in _entries(root["test_categories"]):
+            for test in _entries(cat["tests"]):
+                for res in _entries(test.get("results") or []):
                     warns = tuple(str(w.get("warning", w)) if isinstance(w, dict) else str(w)
-                                  for w in res.get("warnings") or [])
+                                  for w in _entries(res.get("warnings") or []))
                     for gpu in _gpus(res):
                         out.append(DiagResult(str(cat["category"]), str(test["name"]), gpu,
                                               _status(res["status"]), warns))

@@ -20,6 +20,8 @@
   with a `DIMM location: ...` line (drivers/firmware/efi/cper.c).
   `Machine check events logged` (mce_notify_irq, with or without the `mce: ` prefix) only
   announces that records were handed to the log: it is not a record and is not counted.
+  One record printed by two decoders (the kernel's line and AMD's decoding) at the same
+  log time counts once; identical records at other times are other events, each counted.
 """
 
 from __future__ import annotations
@@ -197,19 +199,30 @@ _GHES_DIMM = re.compile(r"\{\d+\}\[Hardware Error\]:.*DIMM location: ([^\n]+?)\s
 UC_BIT = 1 << 61
 
 
-def _mce_record(ln: str) -> tuple[str, str, int, bool] | None:
-    """(cpu, bank, MCi_STATUS, exception) of a kernel or AMD-decoder record line."""
+def _mce_record(ln: str) -> tuple[str, str, int, bool, str] | None:
+    """(cpu, bank, MCi_STATUS, exception, decoder) of a kernel or AMD-decoder record line."""
     if m := _MCE.search(ln):
-        return m.group(1), m.group(4), int(m.group(5), 16), bool(m.group(2))
+        return m.group(1), m.group(4), int(m.group(5), 16), bool(m.group(2)), "kernel"
     if m := _AMD.search(ln):
-        return m.group(1), m.group(2), int(m.group(3), 16), False
+        return m.group(1), m.group(2), int(m.group(3), 16), False, "mce_amd"
     return None
+
+
+# When a line was logged: dmesg's monotonic seconds (`[  333.200000]`, also inside a
+# syslog or journal line), else the line's leading wall-clock time (syslog, ISO).
+_LOG_TIME = re.compile(r"\[\s*(\d+\.\d+)\]|^\s*(\w{3}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\d[T ][\d:.,]+)")
+
+
+def _log_time(ln: str) -> str | None:
+    m = _LOG_TIME.search(ln)
+    return (m.group(1) or m.group(2)) if m else None
 
 
 def parse_hw_errors(text: str) -> list[HwError]:
     out: list[HwError] = []
     ghes: dict[str, object] | None = None
-    last_mce: tuple[str, str, int] | None = None
+    # the last record: (cpu, bank, status), when it was logged, the decoders that printed it
+    last_mce: tuple[tuple[str, str, int], str | None, set[str]] | None = None
 
     def flush() -> None:
         nonlocal ghes
@@ -221,12 +234,19 @@ def parse_hw_errors(text: str) -> list[HwError]:
     for ln in text.splitlines():
         rec = _mce_record(ln)
         if rec:
-            cpu, bank, status, exception = rec
-            # a kernel that prints both its own line and AMD's decoding of one record
-            if (cpu, bank, status) != last_mce:
-                out.append(HwError("mce", exception or bool(status & UC_BIT), cpu, bank, "",
-                                   ln.strip()))
-            last_mce = (cpu, bank, status)
+            cpu, bank, status, exception, decoder = rec
+            key, when = (cpu, bank, status), _log_time(ln)
+            # One record decoded twice (the kernel's own line and AMD's decoding of it) is
+            # the same CPU/bank/status at the same log time from another decoder. The same
+            # record again from a decoder that already printed it, or at another time, is
+            # another event: a bank repeating one corrected error logs identical records.
+            if (last_mce is not None and last_mce[0] == key and last_mce[1] == when
+                    and decoder not in last_mce[2]):
+                last_mce[2].add(decoder)
+                continue
+            out.append(HwError("mce", exception or bool(status & UC_BIT), cpu, bank, "",
+                               ln.strip()))
+            last_mce = (key, when, {decoder})
             continue
         s = _GHES_SEV.search(ln)
         if s:

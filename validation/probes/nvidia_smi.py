@@ -264,6 +264,34 @@ def _topo_cells(line: str) -> list[str]:
     return [c.strip() for c in re.split(sep, line) if c.strip()]
 
 
+def _topo_trailer(line: str, cells: list[str], n_devices: int,
+                  extra: list[str], header: str) -> dict[str, str]:
+    """A GPU row's cells after the device columns, by header name ("CPU Affinity",
+    "NUMA Affinity", "GPU NUMA ID").
+
+    The CPU Affinity cell may be empty (a GPU whose CPU affinity NVML cannot report:
+    VMs, some Grace hosts); it is the cell right after the last device column, so it is
+    taken by position and the empty value kept. The cells after it are taken as the
+    non-empty ones in order: nvidia-smi pads them with extra tabs (`0\t\tN/A`, `0-7\t\tN/A`
+    by driver), so an empty cell there is padding, never a value.
+    """
+    if "CPU Affinity" not in extra or extra.index("CPU Affinity") != 0:
+        return dict(zip(extra, [c for c in cells[n_devices:] if c], strict=False))
+    if "\t" in line:
+        fields = [c.strip() for c in line.split("\t")][1 + n_devices:]
+        if not fields:
+            return {}
+        cpu, rest = fields[0], [c for c in fields[1:] if c]
+    else:  # spaces: an empty CPU cell shows as the next value standing in NUMA's column
+        rest = [c for c in cells[n_devices:] if c]
+        cpu = rest.pop(0) if rest else ""
+        spans = [m.start() for m in re.finditer(r"\S+(?: \S+)*", line)][1 + n_devices:]
+        numa_at = header.find("NUMA Affinity")
+        if cpu and spans and numa_at > 0 and spans[0] >= numa_at:
+            rest, cpu = [cpu, *rest], ""
+    return dict(zip(extra, [cpu, *rest], strict=False))
+
+
 def parse_topo(text: str) -> Topology:
     """Parse `nvidia-smi topo -m`: the GPU rows (NIC rows repeat the GPU-NIC cells),
     each GPU's CPU and NUMA affinity, and the NIC legend."""
@@ -291,7 +319,7 @@ def parse_topo(text: str) -> Topology:
         for dev, cell in zip(devices, cells, strict=False):
             if dev != row:
                 matrix[(row, dev)] = cell
-        rest = dict(zip(extra, cells[len(devices):], strict=False))
+        rest = _topo_trailer(ln, cells, len(devices), extra, lines[0])
         if "NUMA Affinity" in rest:
             numa[row] = _na(rest["NUMA Affinity"])
         if "CPU Affinity" in rest:
@@ -310,10 +338,12 @@ _GPU_HDR = re.compile(r"^GPU (\d+): (.*?) \(UUID: ([^)]+)\)")
 # "NVML: Unable to retrieve NVLink information as all links are inActive", also spelled
 # "NVML:Unable to retrieve Nvlink ..." and "inactive"): a state, 0 links up.
 _ALL_INACTIVE = re.compile(r"all links are inactive", re.I)
-# What nvidia-smi prints instead of link lines when it cannot say (MIG mode, a GPU or
-# a driver without NVLink): the state is unknown, never "0 links up".
-_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported|"
-                          r"does not have or support", re.I)
+# What nvidia-smi prints instead of link lines when it cannot say (MIG mode, a driver
+# that cannot read NVLink): the state is unknown, never "0 links up".
+_UNSUPPORTED = re.compile(r"not supported|MIG mode|Unable to retrieve|Not Supported", re.I)
+# NVML's statement that a GPU has no NVLink at all (a PCIe card; exit status 0, under the
+# GPU line or alone: canonical/checkbox pull 2727): a fact, 0 links, never unknown.
+_NO_NVLINK = re.compile(r"does not have or support nvlink", re.I)
 _LINK = re.compile(r"\s*Link (\d+): (.*)$")
 
 
@@ -325,6 +355,11 @@ class NvlinkStatus:
     note: str | None = None  # a message for the whole output (no GPU line at all)
     # GPUs nvidia-smi says have every link inactive (their `links` entry is empty)
     all_inactive: frozenset[int] = frozenset()
+    # GPUs nvidia-smi says have no NVLink ("Device does not have or support Nvlink"; their
+    # `links` entry is empty: 0 links)
+    no_nvlink: frozenset[int] = frozenset()
+    # the same statement alone, for the whole output (no GPU line): no GPU has NVLink
+    no_nvlink_any: str | None = None
 
 
 def _link_speed(text: str) -> float | None:
@@ -339,11 +374,14 @@ def read_nvlink_status(text: str) -> NvlinkStatus:
     unknown; the check decides what either means. Under a GPU line, anything that is
     neither a link line nor the all-inactive message (MIG mode, "not supported", a
     wording we do not know) makes that GPU unknown; so does a GPU with no line at all.
+    "Device does not have or support Nvlink" is a statement, not an unknown: that GPU
+    (or, alone, every GPU) has no NVLink, 0 links.
     """
     links: dict[int, dict[int, float | None]] = {}
     unknown: dict[int, str] = {}
     uuids: dict[int, str] = {}
     inactive: set[int] = set()
+    absent: set[int] = set()
     if not text.strip():
         return NvlinkStatus(links, unknown, uuids)
     gpu: int | None = None
@@ -359,26 +397,35 @@ def read_nvlink_status(text: str) -> NvlinkStatus:
         elif not ln.strip():
             continue
         elif gpu is None:
+            if _NO_NVLINK.search(ln):
+                return NvlinkStatus({}, {}, {}, no_nvlink_any=ln.strip())
             if _UNSUPPORTED.search(ln):
                 return NvlinkStatus({}, {}, {}, ln.strip())
         elif _ALL_INACTIVE.search(ln):
             inactive.add(gpu)
+        elif _NO_NVLINK.search(ln):
+            absent.add(gpu)
         else:
             unknown.setdefault(gpu, ln.strip())
     if not links:
         raise ParseError("nvlink -s: no GPU found")
     for g, found in links.items():
-        if not found and g not in inactive and g not in unknown:
+        if found and g in absent:  # links listed and denied: nothing to trust
+            unknown.setdefault(g, "link lines and 'Device does not have or support Nvlink'")
+        if not found and g not in inactive and g not in absent and g not in unknown:
             unknown[g] = "no link line under the GPU line"
     for g in unknown:  # a GPU nvidia-smi could not say about has no trustworthy links
         links.pop(g, None)
         inactive.discard(g)
-    return NvlinkStatus(links, unknown, uuids, all_inactive=frozenset(inactive))
+        absent.discard(g)
+    return NvlinkStatus(links, unknown, uuids, all_inactive=frozenset(inactive),
+                        no_nvlink=frozenset(absent))
 
 
 def parse_nvlink_status(text: str) -> dict[int, dict[int, float | None]]:
-    """{gpu: {link: GB/s or None when inactive}}; a GPU whose links are all inactive has
-    {} (0 up); GPUs nvidia-smi cannot say about (MIG mode) are left out."""
+    """{gpu: {link: GB/s or None when inactive}}; a GPU whose links are all inactive, or
+    that has no NVLink, has {} (0 up); GPUs nvidia-smi cannot say about (MIG mode) are
+    left out."""
     return read_nvlink_status(text).links
 
 
@@ -395,8 +442,8 @@ def parse_nvlink_errors(text: str) -> dict[int, dict[int, dict[str, int]]]:
         if m := _GPU_HDR.match(ln):
             gpu = int(m.group(1))
             out[gpu] = {}
-        elif gpu is None and _UNSUPPORTED.search(ln):
-            return {}  # no counters to read (MIG mode): nothing, never zeros
+        elif gpu is None and (_UNSUPPORTED.search(ln) or _NO_NVLINK.search(ln)):
+            return {}  # no counters to read (MIG mode, no NVLink): nothing, never zeros
         elif m := re.match(r"\s*Link (\d+): (\w+) Errors: (\d+)", ln):
             if gpu is None:
                 raise ParseError("nvlink -e: counter line before any GPU line")

@@ -278,6 +278,46 @@ def test_nvlink_unknown_gpu_keeps_the_others_and_errors(tmp_path):
     assert "check.status" in [v.metric for v in fails(res, ctx)]
 
 
+def no_nvlink_status() -> str:
+    """`nvlink -s` of a GPU without NVLink (canonical/checkbox pull 2727's wording under
+    each GPU line), made for the capture's two GPUs (their UUIDs), not captured."""
+    lines = [ln for ln in (FIX / "nvidia-smi-nvlink-s.txt").read_text().splitlines()
+             if ln.startswith("GPU ")]
+    return "".join(f"{ln}\nDevice does not have or support Nvlink\n" for ln in lines)
+
+
+@pytest.mark.parametrize("text", [no_nvlink_status(), "Device does not have or support Nvlink\n"])
+def test_no_nvlink_statement_is_zero_links_judged_by_the_profile(tmp_path, text):
+    """Before: "Device does not have or support Nvlink" read as unknown (the check errored
+    "NVLink state unknown"). It is a fact: 0 links on each GPU. A profile expecting NVLink
+    fails each GPU with 0 links (named by serial); never an error, never a skip."""
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text, "nvidia-smi_nvlink_-e": text})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "ok", res.message
+    assert {mm.labels["serial"]: mm.value for mm in res.measurements
+            if mm.name == "nvlink.links_up"} == {"1653724027147": 0, SERIAL1: 0}
+    bad = [v for v in fails(res, ctx) if v.metric == "nvlink.links_up"]
+    assert sorted((v.labels["gpu"], v.value) for v in bad) == [("0", 0), ("1", 0)]
+    assert all("= 0 on GPU" in v.message for v in bad)
+    assert "check.status" not in [v.metric for v in fails(res, ctx)]
+
+
+def test_no_nvlink_on_a_pcie_profile_is_fine(tmp_path):
+    """A PCIe profile that expects no NVLink (no nvlink inventory, nvlink not required):
+    the same statement fails nothing; the check is not applicable by the profile, said so."""
+    from dataclasses import replace
+
+    base = scope(load_profile("xe9680-h200"), gpus=2)
+    pcie = replace(base, requires=base.requires - {"nvlink", "nvswitch"},
+                   thresholds=tuple(t for t in base.thresholds
+                                    if not t.metric.startswith("nvlink.")))
+    ctx = make_ctx(tmp_path, profile=pcie, **{"nvidia-smi_nvlink_-s": no_nvlink_status(),
+                                              "nvidia-smi_nvlink_-e": no_nvlink_status()})
+    res = run_as_runner("nvlink.links", ctx)
+    assert res.status == "skipped" and res.message == "profile does not require nvlink"
+    assert fails(res, ctx) == []
+
+
 def test_xid_hardware_event_fails_that_gpu(tmp_path):
     ctx = make_ctx(tmp_path)
     (ctx.sysroot / "var/log/kern.log").write_text(

@@ -70,6 +70,74 @@ def test_dcgm3_json_gpu_ids_and_upper_case_status() -> None:
         ("GPU Memory", "0", "Warn")]
 
 
+# DCGM 3.x `dcgmi diag -r 3 -j` with `null` between tests and results: the shape and key
+# names of the DCGM 3 capture in NVIDIA/DCGM issue 139 ("DCGM GPU Diagnostic", gpu_id
+# strings, tab-indented), with the unfilled slots dcgmi's jsoncpp arrays leave where a
+# test did not run at that level or a GPU is not in the group. Made from that documented
+# format (nvvs/include/NvvsJsonStrings.h), not captured.
+DCGM3_NULLS = """{
+\t"DCGM GPU Diagnostic" :
+\t{
+\t\t"test_categories" :
+\t\t[
+\t\t\t{
+\t\t\t\t"category" : "Deployment",
+\t\t\t\t"tests" :
+\t\t\t\t[
+\t\t\t\t\t{ "name" : "Denylist", "results" : [ { "status" : "Pass" } ] },
+\t\t\t\t\tnull,
+\t\t\t\t\t{ "name" : "Persistence Mode", "results" : [ { "status" : "Pass" } ] }
+\t\t\t\t]
+\t\t\t},
+\t\t\tnull,
+\t\t\t{
+\t\t\t\t"category" : "Hardware",
+\t\t\t\t"tests" :
+\t\t\t\t[
+\t\t\t\t\tnull,
+\t\t\t\t\t{
+\t\t\t\t\t\t"name" : "GPU Memory",
+\t\t\t\t\t\t"results" :
+\t\t\t\t\t\t[
+\t\t\t\t\t\t\tnull,
+\t\t\t\t\t\t\t{ "gpu_id" : "1", "status" : "Fail",
+\t\t\t\t\t\t\t  "warnings" : [ null, { "warning" : "GPU 1 had an uncorrectable memory error" } ] }
+\t\t\t\t\t\t]
+\t\t\t\t\t},
+\t\t\t\t\tnull
+\t\t\t\t]
+\t\t\t}
+\t\t]
+\t},
+\t"version" : "3.3.8"
+}
+"""
+
+
+def test_dcgm3_json_with_null_entries_reads_the_tests_around_them() -> None:
+    """Before: one null between tests made the whole diagnostic unparsed (dcgm.diag
+    errored). A null is an unfilled slot, no entry: every real result is read."""
+    res = parse_diag_json(DCGM3_NULLS)
+    assert [(r.category, r.plugin, r.gpu, r.status) for r in res] == [
+        ("Deployment", "Denylist", "all", "Pass"),
+        ("Deployment", "Persistence Mode", "all", "Pass"),
+        ("Hardware", "GPU Memory", "1", "Fail")]
+    assert res[-1].warnings == ("GPU 1 had an uncorrectable memory error",)
+
+
+@pytest.mark.parametrize("doc", [
+    {"DCGM GPU Diagnostic": {"test_categories": [None, None]}},
+    {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware",
+                                                  "tests": [None, None]}]}},
+    {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
+        {"name": "GPU Memory", "results": [None]}]}]}},
+])
+def test_dcgm3_json_of_nulls_only_is_still_refused(doc: dict) -> None:
+    """Nulls skipped, nothing left: no results at all, unparsed (never an empty pass)."""
+    with pytest.raises(ParseError, match="no test results"):
+        parse_diag_json(json.dumps(doc))
+
+
 @pytest.mark.parametrize("text", ["", "Successfully ran diagnostic for group.", "{}",
                                   json.dumps({"DCGM Diagnostic": {"test_categories": []}}),
                                   json.dumps({"DCGM Diagnostic": {"test_categories": [

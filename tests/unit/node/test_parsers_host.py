@@ -304,6 +304,44 @@ def test_memory_errors_check_counts_records_not_notices(tmp_path):
                    ("host.mce_uncorrected", "CPU 4 bank 5"): 1}
 
 
+# Four corrected errors of one bank, identical records (CPU 2, bank 17, MCi_STATUS
+# 9c2040000000011b, ADDR 319deb440) logged hours apart: the four events rasdaemon lists in
+# NixOS/infra pull 523 (ras-mc-ctl --errors on an AMD Zen 2 host, cpuid 0x00870f10), written
+# as `journalctl -k` prints them: the kernel's record (arch/x86/kernel/cpu/mce/core.c
+# __print_mce) and AMD's decoding of it (drivers/edac/mce_amd.c) at the same time. Made
+# from those documented formats and rasdaemon's fields, not captured.
+REPEATED_CE = "".join(
+    f"{t} haumea kernel: mce: [Hardware Error]: Machine check events logged\n"
+    f"{t} haumea kernel: mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 17: "
+    "9c2040000000011b\n"
+    f"{t} haumea kernel: mce: [Hardware Error]: TSC 0 ADDR 319deb440 MISC d01b0fff01000000 \n"
+    f"{t} haumea kernel: [Hardware Error]: Corrected error, no action required.\n"
+    f"{t} haumea kernel: [Hardware Error]: CPU:2 (17:71:0) "
+    "MC17_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: 0x9c2040000000011b\n"
+    for t in ("Dec 19 03:52:38", "Dec 20 09:33:02", "Dec 20 10:00:20", "Dec 20 20:44:46"))
+
+
+def test_identical_corrected_records_at_different_times_are_distinct_events():
+    """Before: any repeat of the last CPU/bank/status merged into it as if decoded twice,
+    so four corrected errors read as one. A record decoded twice is the same record from
+    another decoder at the same time; the same record at another time is another event."""
+    ev = host_memory.parse_hw_errors(REPEATED_CE)
+    assert [(e.cpu, e.bank, e.uncorrected) for e in ev] == [("2", "17", False)] * 4
+    # dmesg times, and no times at all: the kernel never prints one record twice itself
+    kernel = "mce: [Hardware Error]: CPU 2: Machine Check: 0 Bank 17: 9c2040000000011b\n"
+    assert len(host_memory.parse_hw_errors(kernel * 4)) == 4
+    dmesg = "".join(f"[{t:12.6f}] {kernel}" for t in (100.0, 100.5, 230.25))
+    assert len(host_memory.parse_hw_errors(dmesg)) == 3
+
+
+def test_memory_errors_check_counts_each_repeated_corrected_record(tmp_path):
+    ctx = make_ctx(tmp_path)
+    ctx.path("/var/log/kern.log").write_text(REPEATED_CE)
+    res = run("host.memory_errors", ctx)
+    got = [mm.value for mm in res.measurements if mm.name == "host.mce_corrected"]
+    assert got == [4]
+
+
 def test_memory_errors_check_names_the_dimm_slot(tmp_path):
     ctx = make_ctx(tmp_path)
     base = ctx.path("/sys/devices/system/edac/mc/mc2/dimm1")

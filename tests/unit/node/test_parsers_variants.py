@@ -193,12 +193,10 @@ def test_nvlink_status_all_links_inactive_is_zero_up_not_unknown(message):
 
 @pytest.mark.parametrize("line", [
     "\tNVLink is not supported for Devices in MIG mode.",
-    # canonical/checkbox pull 2727: a GPU without NVLink says so under its line
-    "Device does not have or support Nvlink",
     "\tSome message of a driver we have not seen",
 ])
 def test_nvlink_status_other_messages_stay_unknown(line):
-    """Not "all links inactive": MIG mode, no NVLink, or a wording we do not know make
+    """Not "all links inactive" nor "no NVLink": MIG mode or a wording we do not know make
     that GPU unknown (the check errors), never 0 up and never silently dropped."""
     text = ("GPU 0: NVIDIA H200 (UUID: GPU-a)\n" + line + "\n"
             "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: 26.562 GB/s\n")
@@ -206,6 +204,31 @@ def test_nvlink_status_other_messages_stay_unknown(line):
     assert 0 not in st.links
     assert st.unknown[0] == line.strip() and st.links == {1: {0: 26.562}}
     assert not st.all_inactive
+
+
+# canonical/checkbox pull 2727: `nvidia-smi nvlink -s` on a GPU without NVLink, exit 0
+NO_NVLINK_S = """GPU 0: NVIDIA JMJWOA-Generic-GPU (UUID: GPU-483cccbe-9d80-0d7b-5c48-12e6c8696e50)
+Device does not have or support Nvlink
+"""
+
+
+def test_nvlink_status_no_nvlink_is_zero_links_not_unknown():
+    """Before: read as unknown (the check errored "NVLink state unknown"). nvidia-smi
+    states a fact: this GPU has no NVLink, 0 links. Per GPU (the capture; a second GPU
+    with links beside it, made from the same format), and alone for the whole output."""
+    st = nvidia_smi.read_nvlink_status(NO_NVLINK_S)
+    assert st.links == {0: {}} and st.no_nvlink == frozenset({0}) and not st.unknown
+    assert st.note is None and st.uuids[0] == "GPU-483cccbe-9d80-0d7b-5c48-12e6c8696e50"
+    mixed = NO_NVLINK_S + "GPU 1: NVIDIA H200 (UUID: GPU-b)\n\t Link 0: 26.562 GB/s\n"
+    assert nvidia_smi.parse_nvlink_status(mixed) == {0: {}, 1: {0: 26.562}}
+    whole = nvidia_smi.read_nvlink_status("Device does not have or support Nvlink\n")
+    assert whole.no_nvlink_any == "Device does not have or support Nvlink"
+    assert whole.note is None and not whole.unknown
+    # -e says the same: no counters, never zeros, never a parse error
+    assert nvidia_smi.parse_nvlink_errors("Device does not have or support Nvlink\n") == {}
+    # link lines and the denial under one GPU contradict each other: unknown
+    both = NO_NVLINK_S + "\t Link 0: 26.562 GB/s\n"
+    assert 0 in nvidia_smi.read_nvlink_status(both).unknown
 
 
 def test_nvlink_status_gpu_line_without_anything_under_it_is_unknown():

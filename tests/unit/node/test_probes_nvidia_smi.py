@@ -108,6 +108,40 @@ def test_topo_capture():
     assert topo.numa == {"GPU0": "0", "GPU1": "0"}
 
 
+def test_topo_empty_cpu_affinity_keeps_the_numa_node():
+    """A GPU whose CPU affinity NVML cannot report (a VM, some Grace hosts) prints an empty
+    CPU Affinity cell: two tabs in a row. Derived in code from the driver-580 capture (its
+    cpulist removed, not captured; nvidia-smi's documented tab layout); the NUMA column
+    must not shift into the CPU one (it read as no NUMA node)."""
+    text = cap("nvidia-smi-topo-m.txt").replace("\t0-31\t", "\t\t")
+    assert "\t\t0\t\tN/A" in text
+    topo = ns.parse_topo(text)
+    assert topo.numa == {"GPU0": "0", "GPU1": "0"}
+    assert topo.cpu_affinity == {"GPU0": None, "GPU1": None}
+
+
+def test_topo_empty_cpu_affinity_pasted_as_spaces():
+    """The same empty cell in a capture whose tabs became spaces (the 8x H100 matrix of
+    sgl-project/sglang issue 30401, the cpulist blanked in code): the NUMA value stands in
+    its own column."""
+    topology = FIX.parent / "topology" / "hgx-h100-8nic-spaces.txt"
+    text = topology.read_text().replace("0-47,96-143", " " * len("0-47,96-143"))
+    topo = ns.parse_topo(text)
+    assert [topo.numa[f"GPU{i}"] for i in range(8)] == ["0"] * 4 + ["1"] * 4
+    assert topo.cpu_affinity["GPU0"] is None
+    assert topo.cpu_affinity["GPU4"] == "48-95,144-191"
+
+
+def test_topo_padding_tabs_after_a_short_cpulist():
+    """Older drivers pad a short cpulist with two tabs (`0-7\t\tN/A\t\tN/A`: a single
+    Tesla P4, Project-HAMi/HAMi pull 99): padding, never an empty NUMA cell."""
+    text = ("\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+            "GPU0\t X \t0-7\t\tN/A\t\tN/A\n")
+    topo = ns.parse_topo(text)
+    assert topo.cpu_affinity == {"GPU0": "0-7"}
+    assert topo.numa == {"GPU0": None}
+
+
 def test_topo_degraded_pair_generated():
     # a lost NVLink bond shows as fewer links (NV17) or a PCIe path (SYS)
     text = cap("nvidia-smi-topo-m.txt").replace("NV18", "SYS", 1)
