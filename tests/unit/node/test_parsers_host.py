@@ -48,6 +48,51 @@ def test_sxid_lines_fatal_nonfatal_details_and_older_wording():
     assert nvswitch.parse_sxids("") == []
 
 
+def test_sxid_detail_lines_read_apart_from_their_heads_on_a_public_capture():
+    """A public capture (leptonai/gpud's SXid README, tests/fixtures/field/kernel-log): three
+    switches log SXid 20034 at once, heads and their Severity/Data lines interleaved; on
+    switch 2 a "Severity 1 Engine instance 60" line stands without its head. Each event once,
+    on its switch: switch 0 links 63 and 62, switch 1 link 48, switch 2 links 60 (read from
+    its record: Severity 1 = fatal) and 37. Before: switch 2's link 60 was no event."""
+    log = (Path(__file__).resolve().parents[2] / "fixtures" / "field" / "kernel-log"
+           / "sxid-gpud-readme.txt").read_text()
+    ev = nvswitch.parse_sxids(log)
+    assert sorted((e.instance, e.bus, e.sxid, e.severity) for e in ev) == [
+        (0, "0000:05:00.0", 20034, "fatal"), (0, "0000:05:00.0", 20034, "fatal"),
+        (1, "0000:06:00.0", 20034, "fatal"),
+        (2, "0000:07:00.0", 20034, "fatal"), (2, "0000:07:00.0", 20034, "fatal")]
+
+
+# Made from the nvswitch driver's source, not captured (NVIDIA/open-gpu-kernel-modules
+# 595.45.04 src/common/nvswitch: intr_nvswitch.h NVSWITCH_REPORT_CORRECTABLE "Correctable,
+# Link %02d %s%s" and NVSWITCH_REPORT_CONTAIN + _CONTAIN_DATA, a second record of the same
+# event without a head; error_nvswitch.c _nvswitch_dump_error_entry "Severity %d Engine
+# instance %02d ..." + "Data {...}"; SOE "SOE HALTED" + "SOE HALT data[%d] = ..."; the SXid
+# printed %05d).
+SXID_DRIVER_SHAPES = """Dec 01 10:00:00 gpu02 kernel: nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Correctable, Link 12 Minion Link DLREQ interrupt
+Dec 01 10:00:00 gpu02 kernel: nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Severity 0 Engine instance 12 Sub-engine instance 00
+Dec 01 10:00:00 gpu02 kernel: nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Data {0x0000000c, 0x0000000c, 0x00000000, 0x0000000c, 0x80000302, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Fatal, Link 36 egress non-posted PRIV error (First)
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Severity 1 Engine instance 36 Sub-engine instance 00
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Data {0x00000001, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Severity 1 Engine instance 36 Sub-engine instance 00
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Data {0x00000001, 0x00c0ffee, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+Dec 01 10:00:02 gpu02 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 26006, SOE HALTED
+Dec 01 10:00:02 gpu02 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 26006, SOE HALT data[0] = 0x0000000000000042
+Dec 01 10:00:02 gpu02 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 26006, SOE HALT data[1] = 0x0000000000000000
+"""
+
+
+def test_sxid_correctable_heads_supplementary_records_and_soe_data_lines():
+    """Before: the Correctable event read as severity unknown (judged fatal), and each SOE
+    HALT data line as one more event. Now: one non-fatal event on switch 1, one fatal on
+    switch 3 (its second record, no head, not counted again), one on switch 0."""
+    ev = nvswitch.parse_sxids(SXID_DRIVER_SHAPES)
+    assert [(e.instance, e.sxid, e.severity) for e in ev] == [
+        (1, 22013, "non-fatal"), (3, 12028, "fatal"), (0, 26006, "unknown")]
+    assert ev[0].text == "Link 12 Minion Link DLREQ interrupt"
+
+
 def test_nvswitch_bus_key_forms():
     assert nvswitch.bus_key("00000000:C5:00.0") == "0000:c5:00.0"
     assert nvswitch.bus_key("c5:00.0") == "0000:c5:00.0"
