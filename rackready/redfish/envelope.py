@@ -209,11 +209,23 @@ def _fan(s: dict[str, Any], name: str, reading: Any, units: str, health: str,
 def _legacy_thermal(body: dict[str, Any], s: dict[str, Any]) -> None:
     for t in _listed(s, body.get("Temperatures"), "Temperatures"):
         if isinstance(t, dict) and _status(t)[1] not in ABSENT:
-            _temperature(s, _air(t), t.get("ReadingCelsius"), _name(t, "Name", "MemberId"))
+            _temperature(s, _air(t), t.get("ReadingCelsius") if "ReadingCelsius" in t
+                         else t.get("CurrentReading"), _name(t, "Name", "MemberId"))
     for f in _listed(s, body.get("Fans"), "Fans"):
         if isinstance(f, dict):
-            _fan(s, _name(f, "Name", "FanName", "MemberId"), f.get("Reading"),
-                 str(f.get("ReadingUnits") or ""), *_status(f))
+            _fan(s, _name(f, "Name", "FanName", "MemberId"), *_legacy_fan_speed(f), *_status(f))
+
+
+def _legacy_fan_speed(f: dict[str, Any]) -> tuple[Any, str]:
+    """A legacy Thermal fan's speed and unit, in each schema's words: Thermal 1.1+
+    `Reading` + `ReadingUnits`; iLO 4 and early iLO 5 (HpServerFan) `CurrentReading` +
+    `Units` ("Percent"); DMTF Thermal 1.0 `ReadingRPM`."""
+    for value, unit in (("Reading", "ReadingUnits"), ("CurrentReading", "Units")):
+        if f.get(value) is not None:
+            return f[value], str(f.get(unit) or "")
+    if f.get("ReadingRPM") is not None:
+        return f["ReadingRPM"], "RPM"
+    return None, str(f.get("ReadingUnits") or f.get("Units") or "")
 
 
 def _subsystem_thermal(client: Client, uri: str, s: dict[str, Any]) -> None:

@@ -138,7 +138,8 @@ def _thermal(client: Client, chassis: dict[str, Any], out: dict[str, Any]) -> No
     body = client.get(legacy)
     if not got:
         for f in body.get("Fans") or []:
-            out["fans"].append({"name": str(f.get("Name") or f.get("MemberId")),
+            out["fans"].append({"name": str(f.get("Name") or f.get("FanName")  # iLO 4
+                                            or f.get("MemberId")),
                                 "health": _health(f), "state": _state(f)})
     if not out["temperatures"]:
         for t in body.get("Temperatures") or []:

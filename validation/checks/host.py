@@ -65,7 +65,7 @@ def host_memory_errors(ctx: Context) -> Iterator[Measurement]:
     counts: dict[tuple[str, str, bool], int] = defaultdict(int)
     for e in parse_hw_errors(kernel_log(ctx)):
         where = e.dimm or (f"CPU {e.cpu} bank {e.bank}" if e.cpu else "unknown")
-        counts[(e.source, where, bool(e.uncorrected))] += 1
+        counts[(e.source, where, bool(e.uncorrected))] += e.count
     uc = {k: v for k, v in counts.items() if k[2]}
     for (source, where, _), n in sorted(uc.items()):
         yield m("host.mce_uncorrected", n, {"source": source, "mce_at": where})
@@ -108,4 +108,4 @@ def health_counters(ctx: Context) -> Iterator[tuple[str, dict[str, str], float]]
         for d in mc.dimms:
             yield "edac_uncorrected", {"dimm": d.label or f"{mc.name} {d.name}",
                                        "edac": f"{mc.name}/{d.name}"}, d.ue
-    yield "mce_uncorrected", {}, sum(bool(e.uncorrected) for e in parse_hw_errors(log))
+    yield "mce_uncorrected", {}, sum(e.count for e in parse_hw_errors(log) if e.uncorrected)

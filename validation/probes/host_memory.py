@@ -18,6 +18,14 @@
   (drivers/edac/mce_amd.c amd_decode_mce; the same bit 61), and firmware-first (APEI GHES,
   Dell/HPE default) records `{1}[Hardware Error]: event severity: corrected|recoverable|fatal`
   with a `DIMM location: ...` line (drivers/firmware/efi/cper.c).
+- EDAC reports (drivers/edac/edac_mc.c edac_ce_error/edac_ue_error): `EDAC MC1: 3 CE
+  memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0 (channel:0 slot:0 ...)` (3 errors
+  on that DIMM label; UE = uncorrected; "0 CE" is one); the record dump an Intel EDAC
+  driver prints before its report (sb_edac, pnd2_edac, skx_edac/i10nm_edac's skx_common, at
+  KERN_DEBUG: `EDAC sbridge MC1: CPU 0: Machine Check Event: 0 Bank 7: <MCi_STATUS>`) is
+  the same error (one record with the report's count),
+  and so are the report amd64_edac prints after mce_amd's decoding and the one ghes_edac
+  prints after a firmware-first record.
   `Machine check events logged` (mce_notify_irq, with or without the `mce: ` prefix) only
   announces that records were handed to the log: it is not a record and is not counted.
   One record printed by two decoders (the kernel's line and AMD's decoding) at the same
@@ -186,8 +194,9 @@ class HwError:
     uncorrected: bool | None  # None: the line does not say
     cpu: str
     bank: str
-    dimm: str  # GHES "DIMM location", else ""
+    dimm: str  # GHES "DIMM location" or the EDAC label, else ""
     text: str
+    count: int = 1  # errors the record stands for (EDAC's "3 CE": three)
 
 
 _MCE = re.compile(r"mce: \[Hardware Error\]: CPU (\d+): Machine Check( Exception)?: "
@@ -196,6 +205,14 @@ _AMD = re.compile(r"\[Hardware Error\]: CPU:(\d+) \([0-9a-fA-F:]+\) MC(\d+)_STAT
                   r"\[[^\]]*\]: 0x([0-9a-fA-F]+)")
 _GHES_SEV = re.compile(r"\{\d+\}\[Hardware Error\]:\s+event severity: (\w+)")
 _GHES_DIMM = re.compile(r"\{\d+\}\[Hardware Error\]:.*DIMM location: ([^\n]+?)\s*$")
+# An EDAC driver's dump of the record it decodes (sb_edac, pnd2_edac, skx_common):
+# "EDAC sbridge MC1: CPU 0: Machine Check Event: 0 Bank 7: 8c00004000010090" ("Exception"
+# while MCIP is set).
+_EDAC_MCE = re.compile(r"EDAC [\w-]+ MC\d+: CPU (\d+): Machine Check (Event|Exception): "
+                       r"(?:0x)?[0-9a-fA-F]+ Bank (\d+): (?:0x)?([0-9a-fA-F]+)")
+# The EDAC core's report (drivers/edac/edac_mc.c edac_ce_error/edac_ue_error, kernel 3.6+):
+# "EDAC MC1: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0 (channel:0 ...)".
+_EDAC_MC = re.compile(r"EDAC MC\d+: (\d+) (CE|UE) (?:.*? )?on (.+?)(?: \(.*)?\s*$")
 UC_BIT = 1 << 61
 
 
@@ -223,6 +240,13 @@ def parse_hw_errors(text: str) -> list[HwError]:
     ghes: dict[str, object] | None = None
     # the last record: (cpu, bank, status), when it was logged, the decoders that printed it
     last_mce: tuple[tuple[str, str, int], str | None, set[str]] | None = None
+    # EDAC drivers' record dumps waiting for the EDAC core's reports of them, oldest
+    # first: sb_edac before 4.x queues records and reports them when polled, so a CMCI
+    # storm prints a dozen dumps and then their dozen reports in the same order
+    dumps: list[tuple[str, str, bool, str]] = []
+    # the last kernel/AMD record, until an EDAC report of it among its own lines
+    # (amd64_edac reports each record mce_amd decodes, within the decoding's lines)
+    unreported: int | None = None
 
     def flush() -> None:
         nonlocal ghes
@@ -232,6 +256,31 @@ def parse_hw_errors(text: str) -> list[HwError]:
             ghes = None
 
     for ln in text.splitlines():
+        if "[Hardware Error]" not in ln and "EDAC" not in ln:
+            unreported = None  # the record's lines ended without a report
+        if e := _EDAC_MCE.search(ln):
+            dumps.append((e.group(1), e.group(3),
+                          e.group(2) == "Exception" or bool(int(e.group(4), 16) & UC_BIT),
+                          ln.strip()))
+            continue
+        if r := _EDAC_MC.search(ln):
+            # "0 CE" (skx_edac with no count in MCi_STATUS) is still one error logged
+            count, kind, label = max(int(r.group(1)), 1), r.group(2), r.group(3).strip()
+            if ghes is not None and not ghes["edac"]:
+                # ghes_edac's report of the firmware's record just printed: counted there
+                # (once: a repeat whose record the GHES cache kept quiet counts on its own)
+                ghes["dimm"] = ghes["dimm"] or label
+                ghes["edac"] = True
+                continue
+            if not dumps and unreported is not None:  # the report of that record
+                rec_ = out[unreported]
+                out[unreported] = HwError(rec_.source, rec_.uncorrected, rec_.cpu, rec_.bank,
+                                          label, rec_.text, count)
+                unreported = None
+                continue
+            cpu, bank = dumps.pop(0)[:2] if dumps else ("", "")
+            out.append(HwError("edac", kind == "UE", cpu, bank, label, ln.strip(), count))
+            continue
         rec = _mce_record(ln)
         if rec:
             cpu, bank, status, exception, decoder = rec
@@ -246,15 +295,19 @@ def parse_hw_errors(text: str) -> list[HwError]:
                 continue
             out.append(HwError("mce", exception or bool(status & UC_BIT), cpu, bank, "",
                                ln.strip()))
+            unreported = len(out) - 1
             last_mce = (key, when, {decoder})
             continue
         s = _GHES_SEV.search(ln)
         if s:
             flush()
-            ghes = {"uc": s.group(1).lower() != "corrected", "dimm": "", "text": ln.strip()}
+            ghes = {"uc": s.group(1).lower() != "corrected", "dimm": "", "text": ln.strip(),
+                    "edac": False}
             continue
         d = _GHES_DIMM.search(ln)
         if d and ghes is not None:
             ghes["dimm"] = d.group(1)
     flush()
+    # a dump no report followed (the driver could not decode it): the record alone
+    out.extend(HwError("edac", uc, cpu, bank, "", line) for cpu, bank, uc, line in dumps)
     return out

@@ -89,8 +89,8 @@ class GpuInfo:
     clock_events: dict[str, bool] = field(default_factory=dict)  # short name -> active
     # /dev/nvidiaN: NVIDIA does not promise it equals nvidia-smi's index (kept, not used)
     minor_number: int | None = None
-    # board power now: average_power_draw (R550+), power_draw (R530-R545 gpu_power_readings,
-    # older power_readings)
+    # board power now: average_power_draw (R550+), else instant_power_draw (R550+ GPUs before
+    # Ampere print the average N/A), else power_draw (R530-R545; older power_readings)
     power_draw_w: float | None = None
     ecc_corrected_aggregate: int | None = None
 
@@ -146,6 +146,13 @@ def _ecc(g: ET.Element, scope: str, uncorrected: bool) -> int | None:
     total = _int(g.findtext(f"{bits}/total"))
     return total if total is not None else _sum(
         *(_int(g.findtext(f"{bits}/{part}")) for part in _ECC_PARTS))
+
+
+# nvidia-smi's own `power.draw` is the 1 s average on Ampere and newer and the instant
+# reading before Ampere (--help-query-gpu), hence average, then instant, then the old tag;
+# 580 names the section gpu_power_readings, drivers before R530 power_readings.
+_POWER_DRAW = ("average_power_draw", "instant_power_draw", "power_draw")
+_POWER_SECTIONS = ("gpu_power_readings", "power_readings")
 
 
 def parse_query_xml(text: str) -> SmiReport:
@@ -212,8 +219,8 @@ def parse_query_xml(text: str) -> SmiReport:
             clock_events=events,
             minor_number=_int(t("minor_number")),
             power_draw_w=next((v for v in map(_float, (
-                t("gpu_power_readings/average_power_draw"), t("gpu_power_readings/power_draw"),
-                t("power_readings/power_draw"))) if v is not None), None),
+                t(f"{sect}/{tag}") for tag in _POWER_DRAW for sect in _POWER_SECTIONS))
+                if v is not None), None),
         ))
     return SmiReport(
         driver_version=(root.findtext("driver_version") or "").strip(),

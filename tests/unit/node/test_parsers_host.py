@@ -48,6 +48,51 @@ def test_sxid_lines_fatal_nonfatal_details_and_older_wording():
     assert nvswitch.parse_sxids("") == []
 
 
+def test_sxid_detail_lines_read_apart_from_their_heads_on_a_public_capture():
+    """A public capture (leptonai/gpud's SXid README, tests/fixtures/field/kernel-log): three
+    switches log SXid 20034 at once, heads and their Severity/Data lines interleaved; on
+    switch 2 a "Severity 1 Engine instance 60" line stands without its head. Each event once,
+    on its switch: switch 0 links 63 and 62, switch 1 link 48, switch 2 links 60 (read from
+    its record: Severity 1 = fatal) and 37. Before: switch 2's link 60 was no event."""
+    log = (Path(__file__).resolve().parents[2] / "fixtures" / "field" / "kernel-log"
+           / "sxid-gpud-readme.txt").read_text()
+    ev = nvswitch.parse_sxids(log)
+    assert sorted((e.instance, e.bus, e.sxid, e.severity) for e in ev) == [
+        (0, "0000:05:00.0", 20034, "fatal"), (0, "0000:05:00.0", 20034, "fatal"),
+        (1, "0000:06:00.0", 20034, "fatal"),
+        (2, "0000:07:00.0", 20034, "fatal"), (2, "0000:07:00.0", 20034, "fatal")]
+
+
+# Made from the nvswitch driver's source, not captured (NVIDIA/open-gpu-kernel-modules
+# 595.45.04 src/common/nvswitch: intr_nvswitch.h NVSWITCH_REPORT_CORRECTABLE "Correctable,
+# Link %02d %s%s" and NVSWITCH_REPORT_CONTAIN + _CONTAIN_DATA, a second record of the same
+# event without a head; error_nvswitch.c _nvswitch_dump_error_entry "Severity %d Engine
+# instance %02d ..." + "Data {...}"; SOE "SOE HALTED" + "SOE HALT data[%d] = ..."; the SXid
+# printed %05d).
+SXID_DRIVER_SHAPES = """Dec 01 10:00:00 gpu02 kernel: nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Correctable, Link 12 Minion Link DLREQ interrupt
+Dec 01 10:00:00 gpu02 kernel: nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Severity 0 Engine instance 12 Sub-engine instance 00
+Dec 01 10:00:00 gpu02 kernel: nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 22013, Data {0x0000000c, 0x0000000c, 0x00000000, 0x0000000c, 0x80000302, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Fatal, Link 36 egress non-posted PRIV error (First)
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Severity 1 Engine instance 36 Sub-engine instance 00
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Data {0x00000001, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Severity 1 Engine instance 36 Sub-engine instance 00
+Dec 01 10:00:01 gpu02 kernel: nvidia-nvswitch3: SXid (PCI:0000:08:00.0): 12028, Data {0x00000001, 0x00c0ffee, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000}
+Dec 01 10:00:02 gpu02 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 26006, SOE HALTED
+Dec 01 10:00:02 gpu02 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 26006, SOE HALT data[0] = 0x0000000000000042
+Dec 01 10:00:02 gpu02 kernel: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 26006, SOE HALT data[1] = 0x0000000000000000
+"""
+
+
+def test_sxid_correctable_heads_supplementary_records_and_soe_data_lines():
+    """Before: the Correctable event read as severity unknown (judged fatal), and each SOE
+    HALT data line as one more event. Now: one non-fatal event on switch 1, one fatal on
+    switch 3 (its second record, no head, not counted again), one on switch 0."""
+    ev = nvswitch.parse_sxids(SXID_DRIVER_SHAPES)
+    assert [(e.instance, e.sxid, e.severity) for e in ev] == [
+        (1, 22013, "non-fatal"), (3, 12028, "fatal"), (0, 26006, "unknown")]
+    assert ev[0].text == "Link 12 Minion Link DLREQ interrupt"
+
+
 def test_nvswitch_bus_key_forms():
     assert nvswitch.bus_key("00000000:C5:00.0") == "0000:c5:00.0"
     assert nvswitch.bus_key("c5:00.0") == "0000:c5:00.0"
@@ -340,6 +385,94 @@ def test_memory_errors_check_counts_each_repeated_corrected_record(tmp_path):
     res = run("host.memory_errors", ctx)
     got = [mm.value for mm in res.measurements if mm.name == "host.mce_corrected"]
     assert got == [4]
+
+
+FIELD = Path(__file__).resolve().parents[2] / "fixtures" / "field" / "kernel-log"
+
+
+def test_edac_sbridge_report_is_one_corrected_error_on_its_dimm():
+    """A public capture (kernel Documentation/firmware-guide/acpi/apei/einj.rst, see
+    tests/fixtures/field/kernel-log/README.md): sb_edac's dump of the record ("EDAC sbridge
+    MC3: CPU 0: Machine Check Event: 0 Bank 7: ...") and the EDAC core's report of it
+    (drivers/edac/edac_mc.c: "EDAC MC3: 1 CE memory read error on <label> (...)") are one
+    corrected error on that DIMM. Before: neither line matched, the host looked clean."""
+    ev = host_memory.parse_hw_errors((FIELD / "edac-sbridge-einj.txt").read_text())
+    assert [(e.source, e.uncorrected, e.cpu, e.bank, e.dimm, e.count) for e in ev] == [
+        ("edac", False, "0", "7", "CPU_SrcID#0_Channel#0_DIMM#0", 1)]
+
+
+def test_edac_sbridge_storm_counts_each_report_with_its_count():
+    """A public capture (oberstet/scratchbox, Ubuntu 3.19 on an Ivy Bridge-EP): a CMCI
+    storm where sb_edac printed 12 record dumps and then their 12 reports in the same order
+    ("5 CE ... OVERFLOW", "2 CE", ten "1 CE"). Each report is one record with its count
+    (18 corrected errors), each dump paired with one report, never counted again."""
+    ev = host_memory.parse_hw_errors((FIELD / "edac-sbridge-cmci-storm.txt").read_text())
+    assert len(ev) == 12 and sum(e.count for e in ev) == 18
+    assert {(e.source, e.uncorrected, e.cpu, e.bank, e.dimm) for e in ev} == {
+        ("edac", False, "24", "7", "CPU_SrcID#2_Channel#2_DIMM#0")}
+    assert [e.count for e in ev][:2] == [5, 1]
+
+
+# skx_edac / i10nm_edac (drivers/edac/skx_common.c skx_mce_check_error: the record dump at
+# KERN_DEBUG, "0x"-prefixed; skx_mce_output_error -> edac_mc_handle_error, the label
+# CPU_SrcID#<socket>_MC#<imc>_Chan#<ch>_DIMM#<dimm>): made from that source, not captured.
+# A report of core_err_cnt 0 is still one error; a report without its dump (a log that
+# keeps no debug level) stands alone; UE is uncorrected.
+SKX_LOG = """[ 1201.1] EDAC skx MC0: HANDLING MCE MEMORY ERROR
+[ 1201.1] EDAC skx MC0: CPU 0: Machine Check Event: 0x0 Bank 255: 0x940000000000009f
+[ 1201.1] EDAC skx MC0: TSC 0x0
+[ 1201.1] EDAC skx MC0: ADDR 0x30aa905a80
+[ 1201.1] EDAC skx MC0: MISC 0x0
+[ 1201.1] EDAC skx MC0: PROCESSOR 0:0x806f8 TIME 1681559382 SOCKET 0 APIC 0x0
+[ 1201.1] EDAC MC0: 0 CE memory read error on CPU_SrcID#0_MC#0_Chan#1_DIMM#0 (channel:1 slot:0 page:0x30aa905 offset:0xa80 grain:32 syndrome:0x0 -  err_code:0x0000:0x009f  SystemAddress:0x30aa905a80 ProcessorSocketId:0x0 MemoryControllerId:0x0 ChannelAddress:0x605520980 ChannelId:0x1)
+[ 2300.0] EDAC MC2: 3 CE memory read error on CPU_SrcID#1_MC#2_Chan#0_DIMM#0 (channel:0 slot:0 page:0x1f2e3d offset:0x40 grain:32 syndrome:0x0 -  err_code:0x0000:0x009f  SystemAddress:0x1f2e3d040 ProcessorSocketId:0x1 MemoryControllerId:0x2 ChannelAddress:0x3e5c7a040 ChannelId:0x0)
+[ 2400.0] EDAC i10nm MC1: HANDLING MCE MEMORY ERROR
+[ 2400.0] EDAC i10nm MC1: CPU 7: Machine Check Exception: 0x5 Bank 13: 0xbd800000000c0090
+[ 2400.0] EDAC MC1: 1 UE memory read error on CPU_SrcID#0_MC#1_Chan#1_DIMM#0 (channel:1 slot:0 page:0x5a0b1c offset:0x0 grain:32 -  err_code:0x0000:0x0090  SystemAddress:0x5a0b1c000 ProcessorSocketId:0x0 MemoryControllerId:0x1 ChannelAddress:0xb41638000 ChannelId:0x1)
+"""
+
+
+def test_edac_skx_and_i10nm_reports_with_counts_and_dimms(tmp_path):
+    """Before: none matched (a clean host). Now: 1 (the "0 CE" record), 3 and 1 UE, each
+    on its DIMM label, judged by host.memory_errors as machine-check records."""
+    ev = host_memory.parse_hw_errors(SKX_LOG)
+    assert [(e.uncorrected, e.cpu, e.bank, e.dimm, e.count) for e in ev] == [
+        (False, "0", "255", "CPU_SrcID#0_MC#0_Chan#1_DIMM#0", 1),
+        (False, "", "", "CPU_SrcID#1_MC#2_Chan#0_DIMM#0", 3),
+        (True, "7", "13", "CPU_SrcID#0_MC#1_Chan#1_DIMM#0", 1)]
+    ctx = make_ctx(tmp_path)
+    ctx.path("/var/log/kern.log").write_text(SKX_LOG)
+    res = run("host.memory_errors", ctx)
+    got = {(mm.name, mm.labels.get("mce_at")): mm.value for mm in res.measurements
+           if mm.name.startswith("host.mce")}
+    assert got == {("host.mce_corrected", None): 4,
+                   ("host.mce_uncorrected", "CPU_SrcID#0_MC#1_Chan#1_DIMM#0"): 1}
+
+
+# amd64_edac reports the record mce_amd just decoded (drivers/edac/mce_amd.c
+# amd_decode_mce -> amd64_edac.c decode_umc_error -> edac_mc_handle_error, the label
+# mc#<n>csrow#<r>channel#<c> where no DIMM label is set), and ghes_edac the firmware-first
+# record cper.c just printed: made from those sources, not captured. Each is one error.
+REPORTED_TWICE = """[  333.2] mce: [Hardware Error]: Machine check events logged
+[  333.2] [Hardware Error]: Corrected error, no action required.
+[  333.2] [Hardware Error]: CPU:0 (17:1:1) MC15_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: 0xdc2040000000011b
+[  333.2] [Hardware Error]: Error Addr: 0x0000000065aa27c0
+[  333.2] [Hardware Error]: Unified Memory Controller Ext. Error Code: 0
+[  333.3] EDAC MC0: 1 CE on mc#0csrow#0channel#0 (csrow:0 channel:0 page:0x10b544 offset:0xfc0 grain:64 syndrome:0x4020)
+[  333.3] [Hardware Error]: cache level: L3/GEN, tx: GEN, mem-tx: RD
+[ 1300.0] {1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1
+[ 1300.0] {1}[Hardware Error]: event severity: corrected
+[ 1300.0] {1}[Hardware Error]:   section_type: memory error
+[ 1300.0] {1}[Hardware Error]:   node:0 card:0 module:0 rank:0 bank:5 device:0 row:1 column:8 DIMM location: A7
+[ 1300.0] EDAC MC0: 1 CE Single-bit ECC on A7 (node:0 card:0 module:0 rank:0 bank:5 device:0 row:1 column:8 page:0x4a3c21 offset:0x0 grain:1 syndrome:0x0)
+"""
+
+
+def test_edac_reports_of_records_already_read_are_not_counted_again():
+    ev = host_memory.parse_hw_errors(REPORTED_TWICE)
+    assert [(e.source, e.uncorrected, e.cpu, e.bank, e.dimm, e.count) for e in ev] == [
+        ("mce", False, "0", "15", "mc#0csrow#0channel#0", 1),
+        ("ghes", False, "", "", "A7", 1)]
 
 
 def test_memory_errors_check_names_the_dimm_slot(tmp_path):

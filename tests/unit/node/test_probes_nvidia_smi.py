@@ -222,3 +222,38 @@ def test_pre_ampere_ecc_check_fails_the_gpu_and_unknown_layout_errors(tmp_path):
     ctx = make_ctx(tmp_path / "u", **{"nvidia-smi_-q_-x": unknown})
     with pytest.raises(ns.ParseError, match="unparsed.*GPU 0, 1"):
         run("gpu.health", ctx)
+
+
+def _power_section(section: str, average: str, instant: str) -> str:
+    """The capture's GPU 0 with its power section as driver 580 prints it (nvsmi_device_v12
+    DTD: `gpu_power_readings` -> `average_power_draw`, `instant_power_draw`, no
+    `power_draw`), renamed to `section` and with the two readings given."""
+    xml = cap("nvidia-smi-q-x.xml")
+    start, end = _gpu0_block(xml)
+    block = re.sub(
+        r"<gpu_power_readings>.*?</gpu_power_readings>",
+        f"<{section}><power_state>P0</power_state>"
+        f"<average_power_draw>{average}</average_power_draw>"
+        f"<instant_power_draw>{instant}</instant_power_draw>"
+        f"<current_power_limit>700.00 W</current_power_limit></{section}>",
+        xml[start:end], count=1, flags=re.S)
+    return xml[:start] + block + xml[end:]
+
+
+def test_power_draw_only_instant_or_only_under_power_readings():
+    """Driver 580 prints the board power only as `average_power_draw` / `instant_power_draw`
+    (made from the tool's documented format: nvsmi_device_v12.dtd and nvidia-smi
+    --help-query-gpu, `power.draw` = the 1 s average on Ampere+, the instant reading before
+    Ampere, whose average 580 prints N/A; not captured). Before: a GPU with the average N/A,
+    or its readings under `power_readings`, read as no power at all."""
+    instant_only = ns.parse_query_xml(_power_section("gpu_power_readings", "N/A", "41.37 W"))
+    assert instant_only.gpus[0].power_draw_w == 41.37
+    older_name = ns.parse_query_xml(_power_section("power_readings", "N/A", "39.50 W"))
+    assert older_name.gpus[0].power_draw_w == 39.50
+    both = ns.parse_query_xml(_power_section("power_readings", "52.25 W", "53.00 W"))
+    assert both.gpus[0].power_draw_w == 52.25  # the average first, as nvidia-smi's power.draw
+    none = ns.parse_query_xml(_power_section("gpu_power_readings", "N/A", "N/A"))
+    assert none.gpus[0].power_draw_w is None  # N/A stays none, never 0 W
+    # the capture reads as before: GPU 0's average (79.72 W), GPU 1's average
+    g0, g1 = ns.parse_query_xml(cap("nvidia-smi-q-x.xml")).gpus
+    assert (g0.power_draw_w, g1.power_draw_w) == (79.72, 78.60)

@@ -125,6 +125,49 @@ def test_the_subsystem_shape_is_read_with_fans_in_percent():
     assert {(f["reading"], f["units"]) for f in s["fans"]} == {(61, "Percent")}
 
 
+def ilo4_thermal(fan_pct: float = 11) -> dict[str, dict[str, Any]]:
+    """The legacy chassis with its Thermal in the older schemas iLO 4 and early iLO 5
+    serve: fans named `FanName` with `CurrentReading` + `Units` "Percent" (HpServerFan, HPE
+    iLO 4 RESTful API data model), temperatures with `CurrentReading` and `ReadingCelsius`
+    both, and a DMTF Thermal 1.0 fan (`ReadingRPM`, before 1.1 added `Reading` /
+    `ReadingUnits` and `Name`). Made from those documented schemas (DMTF Thermal.v1_0_0 /
+    v1_1_0, HPE's iLO 4 Thermal), not captured."""
+    res = legacy()
+    ch = f"{R}/Chassis/System.Embedded.1"
+    hp = {"Hp": {"@odata.type": "#HpServerFan.1.0.0.HpServerFan", "Location": "System"}}
+    res[f"{ch}/Thermal"] = {
+        "@odata.type": "#Thermal.1.1.0.Thermal",
+        "Fans": [{"CurrentReading": fan_pct, "FanName": f"Fan {i}", "Oem": hp,
+                  "Status": _ok(), "Units": "Percent"} for i in (1, 2)]
+        + [{"FanName": "Fan 3", "MemberId": "2", "ReadingRPM": 9120, "Status": _ok()}],
+        "Temperatures": [
+            {"CurrentReading": 23, "Name": "01-Inlet Ambient", "Number": 1,
+             "PhysicalContext": "Intake", "ReadingCelsius": 23, "Status": _ok(),
+             "Units": "Celsius", "UpperThresholdCritical": 42, "UpperThresholdFatal": 46},
+            {"CurrentReading": 44, "Name": "02-CPU 1", "Number": 2, "PhysicalContext": "CPU",
+             "Status": _ok(), "Units": "Celsius", "UpperThresholdCritical": 70}]}
+    return res
+
+
+def test_older_ilo_thermal_fans_are_read_in_their_own_words():
+    """Before: every fan of this Thermal read as none (no `Reading` / `ReadingUnits`)."""
+    s = _sample(ilo4_thermal())
+    assert [(f["name"], f["reading"], f["units"]) for f in s["fans"]] == [
+        ("Fan 1", 11, "Percent"), ("Fan 2", 11, "Percent"), ("Fan 3", 9120, "RPM")]
+    assert s["inlet_c"] == 23 and not s["refused"]
+    # the physical range still holds: 140 percent is no reading, refused and named
+    bad = _sample(ilo4_thermal(fan_pct=140))
+    assert [f["reading"] for f in bad["fans"]][:2] == [None, None]
+    assert ("fan Fan 1 speed", "140 % is outside 0..100 %") in bad["refused"]
+    # the BMC's fan health is named by the fan's own name, never "None"
+    from rackready.redfish import inventory
+    out: dict[str, Any] = {"fans": [], "temperatures": [], "voltages": []}
+    client = DictClient(ilo4_thermal())
+    inventory._thermal(client, client.get(f"{R}/Chassis/System.Embedded.1"),  # type: ignore[arg-type]
+                       out)
+    assert [f["name"] for f in out["fans"]] == ["Fan 1", "Fan 2", "Fan 3"]
+
+
 def _envelope(*samples: dict[str, Any]) -> dict[str, Any]:
     return {"period_s": 2.0, "count": len(samples), "samples": list(samples),
             "summary": rf_env.summarize(list(samples))}
