@@ -105,7 +105,9 @@ def group_vars() -> dict:
         "slurm_node_health_suite_archive": str(slurm.suite_archive_file()),
         "slurm_node_health_extra_args": ["--sysroot", "/var/lib/hwsim/root",
                                          "--without", "raid"],
-        "rackready_slurm": {"submit_host": slurm.SPEC.ip, "partition": slurm.PARTITION},
+        # the lab's jobs start at once: a job still pending after 15 s never will
+        "rackready_slurm": {"submit_host": slurm.SPEC.ip, "partition": slurm.PARTITION,
+                            "pending_s": 15},
         "validation_tools_nccl_tests_package": "nccl-tests",
         # The lab has no GPUs: workloads run on CPU (gloo, tiny sizes).
         "rackready_validation_site": {

@@ -26,7 +26,7 @@ import paramiko
 from rackready.remote import ssh
 from rackready.remote.runner import run_command
 from rackready.sanitize import one_line
-from rackready.site.slurm import SlurmSite
+from rackready.site.slurm import PENDING_S, SlurmSite
 from validation.drain import DrainError, NodeState, Scontrol, parse_show_node
 
 JOB_MARK = "rackready-slurm-job"  # the job's first stderr line: "<mark> <job id>"
@@ -34,11 +34,11 @@ JOB_MARK = "rackready-slurm-job"  # the job's first stderr line: "<mark> <job id
 # read (the node writes to the same stream and could name another node's job).
 _JOB_LINE = re.compile(rf"^{JOB_MARK} \d+$")
 _QUEUED = re.compile(r"^srun: job \d+ queued and waiting for resources")
-# A job still pending this long after submission never started: the scheduler's state,
-# reported with squeue's reason and cancelled. Pending reasons that cannot clear by waiting
-# (the node down, not responding, drained, reserved for others, not in the partition) are
-# given HOPELESS_S to be seen twice; squeue is asked every POLL_S until the job runs.
-PENDING_S = 45.0
+# A job still pending pending_s after submission (the site's rackready_slurm.pending_s)
+# never started: the scheduler's state, reported with squeue's reason and cancelled.
+# Pending reasons that cannot clear by waiting (the node down, not responding, drained,
+# reserved for others, not in the partition) are given HOPELESS_S to be seen twice; squeue
+# is asked every POLL_S until the job runs.
 HOPELESS_S = 6.0
 POLL_S = 2.0
 _HOPELESS = ("ReqNodeNotAvail", "NodeDown", "PartitionNodeLimit", "PartitionDown",
@@ -197,7 +197,7 @@ class SlurmLaunch:
     The job is known by the name the controller gave it (`--job-name`, unique to the
     launch); its id and state come from squeue on the submit host, never from the stream.
     From command() on, a watcher asks squeue until the job runs: a job pending past
-    PENDING_S (HOPELESS_S for a reason that waiting cannot clear) is cancelled and is
+    pending_s (the site's; HOPELESS_S for a reason that waiting cannot clear) is cancelled and is
     `never_started`, the scheduler's state rather than the node's."""
 
     host: SubmitHost

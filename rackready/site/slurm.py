@@ -7,6 +7,8 @@
       port: 22                         # optional
       become: true                     # optional: scontrol's admin commands through sudo -n
                                        # (drain, resume, the reservation); default: the nodes'
+      pending_s: 45                    # optional: how long a job may wait to start before it
+                                       # is cancelled as the scheduler's state (never drained)
 
 The controller logs in to the submit host with the nodes' own key, known_hosts and jump
 host (one site, one trust): host keys are verified as for every node. Jobs run as that
@@ -22,7 +24,8 @@ from dataclasses import dataclass
 from rackready.errors import UserError
 from rackready.site.inventory import Node
 
-_KEYS = {"submit_host", "partition", "user", "port", "become"}
+_KEYS = {"submit_host", "partition", "user", "port", "become", "pending_s"}
+PENDING_S = 45.0  # a job still pending this long after submission never started
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -31,6 +34,7 @@ class SlurmSite:
     submit: Node  # the submit host, reached as the nodes are
     partition: str
     admin_become: bool
+    pending_s: float = PENDING_S
 
 
 def settings(nodes: list[Node], partition: str | None = None) -> SlurmSite:
@@ -66,6 +70,12 @@ def settings(nodes: list[Node], partition: str | None = None) -> SlurmSite:
     become = s.get("become", nodes[0].become)
     if not isinstance(become, bool):
         raise UserError("rackready_slurm.become must be true or false")
+    pending = s.get("pending_s", PENDING_S)
+    if isinstance(pending, bool) or not isinstance(pending, int | float) \
+            or not 5 <= pending <= 86400:
+        raise UserError(f"rackready_slurm.pending_s must be seconds from 5 to 86400, "
+                        f"not '{pending}'")
     submit = dataclasses.replace(nodes[0], name=f"Slurm submit host {host}", address=host,
                                  port=port, user=user, become=become, slurm=None, bmc=None)
-    return SlurmSite(submit=submit, partition=part, admin_become=become)
+    return SlurmSite(submit=submit, partition=part, admin_become=become,
+                     pending_s=float(pending))

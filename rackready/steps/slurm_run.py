@@ -105,7 +105,8 @@ class SlurmRun:
                 self.actions[name] = "resumed for the run (drained by rackready)"
 
     def launch(self, node: str) -> SlurmLaunch:
-        return SlurmLaunch(self.host, node, self.deadline_s, reservation=self.reservation)
+        return SlurmLaunch(self.host, node, self.deadline_s, reservation=self.reservation,
+                           pending_s=self.host.site.pending_s)
 
     @contextmanager
     def allocation(self, members: list[str], timeout_s: float) -> Iterator[StepLauncher]:

@@ -106,6 +106,9 @@ def test_settings_reach_the_submit_host_as_the_nodes_are_reached():
     assert (s.submit.address, s.submit.user, s.submit.port, s.partition) == \
         ("login01", "ops", 22, "gpu")
     assert settings([node("gpu1", SITE)], partition="debug").partition == "debug"
+    # how long a job may wait to start: 45 s unless the site says
+    assert s.pending_s == 45.0
+    assert settings([node("gpu1", {**SITE, "pending_s": 600})]).pending_s == 600.0
 
 
 @pytest.mark.parametrize("nodes, words", [
@@ -115,6 +118,8 @@ def test_settings_reach_the_submit_host_as_the_nodes_are_reached():
     ([node("gpu1", {"submit_host": "login01; rm -rf /"})], "submit_host must be"),
     ([node("gpu1", {**SITE, "port": "22"})], "port must be a port number"),
     ([node("gpu1", {**SITE, "become": "yes"})], "become must be true or false"),
+    ([node("gpu1", {**SITE, "pending_s": 1})], "pending_s must be seconds from 5"),
+    ([node("gpu1", {**SITE, "pending_s": "soon"})], "pending_s must be seconds from 5"),
 ])
 def test_settings_mistakes_are_one_line(nodes, words):
     with pytest.raises(UserError) as exc:
