@@ -99,8 +99,53 @@ def lab_loop_devices() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if state in line]
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# a cgroup mount's options that name no controller (Documentation/admin-guide/cgroup-v1)
+_MOUNT_FLAGS = {"rw", "ro", "xattr", "noprefix", "clone_children", "cpuset_v2_mode"}
+
+
+def own_cgroups(name: str, root: Path = CGROUP_ROOT, mine: Path = Path("/proc/self/cgroup"),
+                mounts: Path = Path("/proc/self/mountinfo")) -> list[Path]:
+    """A cgroup of the node's own under this process's, in every mounted hierarchy.
+
+    With no systemd on the controller, `--keep-unit` leaves nspawn's payload in the cgroup
+    it was started in; on cgroup v1 that was the same one for every node, so each node's
+    systemd made its units' cgroups at the same paths (/system.slice/...) as the others'. Two
+    nodes booting at once then raced: one removed a unit's empty cgroup as the other attached
+    to it ("Failed to attach to cgroup /system.slice/systemd-user-sessions.service: No such
+    file or directory"), systemd-user-sessions failed and /run/nologin kept SSH out."""
+    by_options: dict[frozenset[str], Path] = {}  # a hierarchy's controllers -> its mount
+    with contextlib.suppress(OSError, ValueError):
+        for line in mounts.read_text().splitlines():
+            fields = line.split()
+            sep = fields.index("-")
+            if fields[sep + 1] in ("cgroup", "cgroup2") and Path(fields[4]).is_relative_to(root):
+                kind = frozenset() if fields[sep + 1] == "cgroup2" else frozenset(
+                    o for o in fields[-1].split(",")
+                    if o not in _MOUNT_FLAGS and not o.startswith("release_agent="))
+                by_options[kind] = Path(fields[4])
+    out = []
+    with contextlib.suppress(OSError, ValueError):
+        for line in mine.read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            mount = by_options.get(frozenset(c for c in controllers.split(",") if c))
+            if mount is not None and (mount / "cgroup.procs").exists():
+                out.append(mount / path.lstrip("/") / f"rackready-{name}")
+    return out
+
+
+# joins each cgroup named in $0 (one it cannot join, such as a v1 cpuset with no CPUs of
+# its own, is left), then becomes the command: nspawn starts inside them, with no window
+_ENTER = 'for cg in $0; do echo $$ 2>/dev/null >"$cg/cgroup.procs" || true; done; exec "$@"'
+
+
 def boot(node: NodeSpec, devices: list[str]) -> int:
-    """Start the node's systemd under systemd-nspawn; returns the nspawn pid."""
+    """Start the node's systemd under systemd-nspawn, in cgroups of its own (own_cgroups);
+    returns the nspawn pid."""
+    cgroups = own_cgroups(node.name)
+    for cg in cgroups:
+        with contextlib.suppress(OSError):
+            cg.mkdir(exist_ok=True)
     log = (node.dir / "console.log").open("ab")
     cmd = [
         "systemd-nspawn",
@@ -118,8 +163,10 @@ def boot(node: NodeSpec, devices: list[str]) -> int:
         "--console=read-only",
         *(f"--bind={dev}" for dev in devices),
     ]
+    joined = " ".join(str(cg) for cg in cgroups if cg.is_dir())
     proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+        ["sh", "-c", _ENTER, joined, *cmd], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        start_new_session=True,
     )
     (node.dir / "nspawn.pid").write_text(str(proc.pid))
     return proc.pid
@@ -141,8 +188,12 @@ def pid_of(node: NodeSpec) -> int | None:
         return None
     if stat.rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped
         return None
-    # empty: forked but not yet exec'd (right after boot); anything else is not ours
-    return pid if not cmdline or cmdline.split(b"\0")[0].endswith(b"systemd-nspawn") else None
+    # empty: forked but not yet exec'd (right after boot); the cgroup step before nspawn
+    # (boot's _ENTER: `sh -c ... systemd-nspawn ...`); anything else is not ours
+    argv = cmdline.split(b"\0")
+    ours = argv[0].endswith(b"systemd-nspawn") or (
+        argv[0] == b"sh" and argv[1:2] == [b"-c"] and b"systemd-nspawn" in argv[4:5])
+    return pid if not cmdline or ours else None
 
 
 def at_once(action: Callable[[T], object], items: list[T]) -> None:

@@ -66,3 +66,45 @@ def test_a_node_that_ends_between_the_check_and_the_signal_is_stopped(node, tmp_
     monkeypatch.setattr(nodes.os, "killpg", gone)
     nodes.stop(node)
     assert not (tmp_path / "nspawn.pid").exists()
+
+
+MOUNTINFO = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+40 31 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+50 23 0:40 / /proc rw,relatime - proc proc rw
+"""
+CGROUP = "9:name=systemd:/\n4:memory:/sandbox/abc\n1:cpu:/\n0::/\n"
+
+
+def test_each_node_boots_in_cgroups_of_its_own_under_the_controllers(tmp_path):
+    """Two nodes booted at once under one cgroup raced on their units' cgroups (one removed
+    /system.slice/<unit> as the other attached: systemd-user-sessions failed with
+    219/CGROUP, /run/nologin kept SSH out): each node gets its own, in every hierarchy,
+    under the controller's own path there (the sandbox's memory cgroup kept)."""
+    root = tmp_path / "sys/fs/cgroup"
+    mounts = tmp_path / "mountinfo"
+    mounts.write_text(MOUNTINFO.replace("/sys/fs/cgroup", str(root)))
+    for hier in ("cpu", "memory", "systemd", "unified"):
+        (root / hier).mkdir(parents=True)
+        (root / hier / "cgroup.procs").write_text("")
+    mine = tmp_path / "cgroup"
+    mine.write_text(CGROUP)
+    got = nodes.own_cgroups("lab-gpu02", root, mine, mounts)
+    assert got == [root / "systemd/rackready-lab-gpu02",
+                   root / "memory/sandbox/abc/rackready-lab-gpu02",
+                   root / "cpu/rackready-lab-gpu02", root / "unified/rackready-lab-gpu02"]
+    assert nodes.own_cgroups("lab-gpu01", root, mine, mounts) != got
+
+
+def test_the_cgroup_step_joins_then_becomes_the_command(tmp_path):
+    """boot's wrapper writes its pid into each cgroup it can and execs the command (the pid
+    nspawn.pid names stays the same); pid_of knows the wrapper as the node's nspawn."""
+    joinable, refused = tmp_path / "a", tmp_path / "b"  # b: no such cgroup
+    joinable.mkdir()
+    out = subprocess.run(["sh", "-c", nodes._ENTER, f"{joinable} {refused}",
+                          "sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    assert (joinable / "cgroup.procs").read_text().strip() == out.stdout.strip()
+    assert out.stderr == ""
