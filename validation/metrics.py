@@ -206,6 +206,8 @@ _CORE: list[Metric] = [
     # rule names the fact that makes a limit not applicable (validation.judge)
     _m("gpu.retired_pages_reported", "", "nvidia-smi reports retired pages for the GPU (N/A "
        "where it retires memory by row remapping: Ampere and later)", "equal", judged=False),
+    _m("fsdp.ckpt_round_trip", "", "the reference job's plan saved and resumed a checkpoint "
+       "(false where the level skips it: the GPU quick level)", "equal", judged=False),
     _m("kernel.module_sysfs", "", "the kernel's sysfs holds /sys/module/<m> of a module "
        "/proc/modules lists (labelled module=...)", "equal", judged=False),
     _m("workload.device", "", "the device the check's workload ran on (cuda, or cpu where "

@@ -339,6 +339,8 @@ def nccl_tests_version(text: str) -> str | None:
     emits=("host.h2d_bandwidth", "host.d2h_bandwidth", "host.bidir_bandwidth", "p2p.bandwidth",
            "workload.device"),
     needs=("gpu", "torch"),
+    # peer to peer needs a peer: a one-GPU scope (a VM slice) does not require it
+    metric_needs={"p2p.bandwidth": ("multi-gpu",)},
     timeout_s=1800,
     title="Pinned H2D/D2H/bidirectional per GPU from its NUMA node, and P2P per GPU pair",
 )
@@ -490,6 +492,11 @@ def fsdp_reference(ctx: Context) -> Iterator[Measurement]:
             raise
         raise GpuOutOfMemory(_oom_message(p, pl, str(e))) from None
     yield from ms
+    # whether the plan ran the checkpoint round trip (the GPU quick level skips it for its
+    # time budget): the profile's not_applicable rule reads it, so a planned round trip
+    # that reported nothing still fails as not measured
+    yield Measurement("fsdp.ckpt_round_trip", int(p["ckpt_step"]) > 0, "",
+                      {"shape": str(p["shape"])})
     yield from _loss_deviation(ctx, p, ms)
 
 
