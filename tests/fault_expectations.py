@@ -11,7 +11,7 @@ HARDWARE_CHECKS = (
     "gpu.inventory", "nccl.version", "gpu.health", "gpu.xid", "nvlink.topology", "nvlink.links",
     "pcie.gpu_link", "pcie.nic_link", "pcie.numa", "pcie.acs", "fabric.state", "fabric.manager",
     "network.ports", "network.roce_qos", "network.peermem", "storage.nvme", "storage.raid",
-    "kernel.cmdline", "kernel.nouveau", "health.delta",
+    "kernel.cmdline", "kernel.nouveau", "health.delta", "fabric.manager_log",
     # host health
     "nvswitch.sxid", "storage.nvme_health", "host.dimms", "host.memory_errors",
 )
@@ -19,6 +19,13 @@ HARDWARE_CHECKS = (
 # host-side faults (rackready/lab/hwsim/faults_host.py) -> (checks, names)
 HOST_FAULT_EXPECTATIONS = {
     "sxid": lambda c: (("nvswitch.sxid",), [f"NVSwitch {c['index']}", c["bus_id"]]),
+    # the switch by the driver's number, its bus id and Fabric Manager's physical id, the port
+    "fabric-manager-fatal": lambda c: (("fabric.manager_log",), [
+        f"NVSwitch {c['index']} (PCI {c['bus_id']}, physical id {c['physical_id']}) "
+        f"port {c['port']}", "fabricmanager.nvswitch_fatal"]),
+    "fabric-manager-nonfatal": lambda c: (("fabric.manager_log",), [
+        f"NVSwitch {c['index']} (PCI {c['bus_id']}, physical id {c['physical_id']}) "
+        f"port {c['port']}", "fabricmanager.nvswitch_nonfatal = 3"]),
     "nvme-media-errors": lambda c: (("storage.nvme_health",),
                                     [f"serial {c['serial']}", "nvme.media_errors"]),
     "nvme-wear-out": lambda c: (("storage.nvme_health",),
@@ -113,7 +120,7 @@ FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "gpu": ("xid-79", "gpu-missing", "ecc-uncorrectable", "row-remap-pending",
             "thermal-throttle"),
     "nvlink-nvswitch": ("nvlink-down", "sxid"),
-    "fabric-manager": ("fabric-manager-down",),
+    "fabric-manager": ("fabric-manager-down", "fabric-manager-fatal", "fabric-manager-nonfatal"),
     "pcie": ("aer-storm", "pcie-downtrained"),
     "nic-rail": ("link-flap", "ib-port-down", "slow-rail", "transceiver-hot", "ecn-off",
                  "dscp-map-drift"),

@@ -47,6 +47,8 @@ WORKLOAD_NEEDS = frozenset({"torch", "nccl-tests", "fio", "dcgm"})
 NOT_HEALTH = {
     "nccl.version": "imports PyTorch to read the NCCL it loads",
     "health.delta": "the rise of counters over a run; a 10 s gate has no run to measure",
+    "fabric.manager_log": "NVSwitch errors logged since the run began; a 10 s gate has no run "
+                          "(nvswitch.sxid reads this boot's SXids in the gate)",
     "host.membw": "a memory-bandwidth workload (numpy threads on every NUMA node)",
     "storage_ckpt": "writes and reads checkpoint files on /raid",
     "gpu.idle_peers": "idle power and temperature: under a running job it reads the job",

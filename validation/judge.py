@@ -91,15 +91,20 @@ def _component(key: LabelKey) -> str:
                                                else "")
                      + (f" (PCI {labels['bus_id']})" if "bus_id" in labels
                         and "gpu" not in labels else ""))
-    elif "port" in labels:
+    elif "port" in labels and "physical_id" not in labels and "nvswitch" not in labels:
         parts.append(f"IB port {labels['port']}")
     if "component" in labels:  # BMC firmware inventory
         parts.append(f"{labels['component']} firmware"
                      + (f" ({labels['item']})" if labels.get("item") else ""))
     # NVSwitch, NVMe drive by serial, DIMM slot, machine-check site, NUMA
-    if "nvswitch" in labels:
-        parts.append(f"NVSwitch {labels['nvswitch']}"
-                     + (f" (PCI {labels['bus_id']})" if labels.get("bus_id") else ""))
+    if "nvswitch" in labels or "physical_id" in labels:
+        # the driver's number where known; Fabric Manager names a switch by its physical id
+        extra = [f"PCI {labels['bus_id']}" for _ in [0] if labels.get("bus_id")]
+        if labels.get("physical_id"):
+            extra.append(f"physical id {labels['physical_id']}")
+        parts.append(f"NVSwitch {labels.get('nvswitch', '')}".rstrip()
+                     + (f" ({', '.join(extra)})" if extra else "")
+                     + (f" port {labels['port']}" if "port" in labels else ""))
     if "drive" in labels:
         parts.append(f"NVMe drive {labels['drive']} (serial {labels.get('serial', 'unknown')})")
     if "dimm" in labels:

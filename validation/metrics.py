@@ -75,6 +75,15 @@ _CORE: list[Metric] = [
     _m("nvswitch.count", "", "NVSwitch devices the driver sees", "equal"),
     _m("gpu.fabric_state", "", "NVLink fabric registration state of the GPU", "equal"),
     _m("fabricmanager.active", "", "nvidia-fabricmanager service running", "equal"),
+    # the Fabric Manager log since the run began, per NVSwitch (and port where it names one)
+    _m("fabricmanager.nvswitch_fatal", "", "NVSwitch fatal errors Fabric Manager logged since "
+       "the run began", "lower"),
+    _m("fabricmanager.nvswitch_nonfatal", "", "NVSwitch non-fatal errors Fabric Manager logged "
+       "since the run began", "lower"),
+    _m("fabricmanager.log_errors", "", "other ERROR/CRITICAL entries of the Fabric Manager log "
+       "since the run began (the last in its labels)", "lower", judged=False),
+    _m("fabricmanager.log_history", "", "error entries of the Fabric Manager log from before "
+       "the run began: history, not judged", "lower", judged=False),
     # network
     _m("nic.count", "", "RDMA NIC ports (ibstat CAs)", "equal"),
     _m("nic.model", "", "NIC model (CA type)", "equal"),

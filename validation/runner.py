@@ -30,6 +30,9 @@ from validation.profile import Profile
 from validation.resume import PreviousRun, RecordedError, counters_to_json, set_events_aside
 
 HEALTH_CHECK = "health.delta"
+# checks that read what happened during the run run last, health.delta (end-of-run counters)
+# the very last: what they read since the run began must include the workloads
+RUN_END_CHECKS = ("fabric.manager_log", HEALTH_CHECK)
 
 
 def _now() -> str:
@@ -57,8 +60,9 @@ def select_checks(level: str, only: list[str] | None) -> list[CheckSpec]:
         chosen = [checks[n] for n in only]
     else:
         chosen = [c for c in checks.values() if level in c.levels]
-    # the end-of-run counters are read after everything else has run
-    return sorted(chosen, key=lambda c: c.name == HEALTH_CHECK)
+    # the end-of-run reads come after everything else has run
+    return sorted(chosen, key=lambda c: RUN_END_CHECKS.index(c.name) + 1
+                  if c.name in RUN_END_CHECKS else 0)
 
 
 def check_timeout_s(spec: CheckSpec, ctx: Context) -> float:
@@ -189,7 +193,7 @@ def run_suite(profile: Profile, level: str, out: Path, sysroot: Path = Path("/")
     finished = False
     with (out / "events.jsonl").open("w") as events:
         ctx = Context(profile=profile, level=level, sysroot=sysroot, out=out, site=site,
-                      stream=[stdout, events])
+                      stream=[stdout, events], started=datetime.fromisoformat(started))
         start_event: dict[str, Any] = {
             "event": "run_started", "ts": now, "run_id": run_id, "node": node,
             "profile": profile.name, "level": level, "simulated": profile.simulated,

@@ -141,6 +141,7 @@ def all_checks() -> dict[str, CheckSpec]:
         nvlink,
         pcie,
         fabric,
+        fabric_manager_log,
         network,
         storage,
         kernel,
@@ -174,6 +175,9 @@ class Context:
     current_check: str = ""
     # probe outputs shared by several checks in one pass (nvidia-smi -q -x)
     cache: dict[str, Any] = field(default_factory=dict)
+    # when the run began (UTC; the runner sets the run's own start, a resumed run its first
+    # start): what a log logged since then happened during the run, earlier lines are history
+    started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def emit(self, event: dict[str, Any]) -> None:
         line = json.dumps({"event": event.pop("event"), "ts": _now(), **event})

@@ -1,4 +1,4 @@
-"""Host-side fault kinds: NVSwitch SXid, NVMe SMART, DIMMs, EDAC.
+"""Host-side fault kinds: NVSwitch SXid, Fabric Manager log errors, NVMe SMART, DIMMs, EDAC.
 
 Same contract as faults.py: each function edits the state copy it is given and returns
 the record (the component it hits, in the words a technician uses) for state["faults"].
@@ -46,6 +46,37 @@ def _sxid(state: dict[str, Any], target: str | None) -> dict[str, Any]:
                           "uuid": sw["uuid"]},
             "description": f"NVSwitch {sw['index']} ({sw['bdf']}): fatal SXid 20034 on link "
                            f"{link}"}
+
+
+def _fm_error(state: dict[str, Any], target: str | None, kind: str, default_switch: int,
+              default_port: int, sxid: int, fatal: bool, count: int) -> dict[str, Any]:
+    """NVSwitch errors Fabric Manager logs (cli/fm_log.py): at the node's next tool call.
+    target: "SWITCH" or "SWITCH:PORT" (switch by index, bus id or UUID)."""
+    if not state["nvswitches"]:
+        raise _err(f"{kind} needs NVSwitch and Fabric Manager; {state['platform']} has none")
+    sw_t, _, port_t = (target or "").partition(":")
+    sw = _switch(state, sw_t or str(default_switch))
+    port = int(port_t) if port_t.isdigit() else default_port
+    pid = sw.get("physical_id", 8 + sw["index"])  # a state built before switches had one
+    state["host"].setdefault("fm_errors", []).extend(
+        {"nvswitch": sw["index"], "bdf": sw["bdf"], "physical_id": pid,
+         "port": port, "sxid": sxid, "fatal": fatal, "at": None} for _ in range(count))
+    what = "fatal NVSwitch error" if fatal else f"{count} non-fatal NVSwitch errors"
+    return {"component": {"type": "nvswitch", "index": sw["index"], "bus_id": sw["bdf"],
+                          "physical_id": pid, "port": port, "uuid": sw["uuid"]},
+            "description": f"NVSwitch {sw['index']} ({sw['bdf']}, physical id "
+                           f"{pid}) port {port}: {what} {sxid} in the Fabric "
+                           "Manager log"}
+
+
+def _fabric_manager_fatal(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # SXid 20034 (LTSSM fault) as Fabric Manager reports it; switch 1, not the first
+    return _fm_error(state, target, "fabric-manager-fatal", 1, 33, 20034, True, 1)
+
+
+def _fabric_manager_nonfatal(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # three non-fatal 12028 errors on one port: past the profile's limit of none
+    return _fm_error(state, target, "fabric-manager-nonfatal", 2, 61, 12028, False, 3)
 
 
 def _drive(state: dict[str, Any], target: str | None) -> dict[str, Any]:
@@ -120,6 +151,8 @@ def _edac_uncorrectable(state: dict[str, Any], target: str | None) -> dict[str, 
 
 HOST_FAULTS: dict[str, FaultFn] = {  # registered by faults.py
     "sxid": _sxid,
+    "fabric-manager-fatal": _fabric_manager_fatal,
+    "fabric-manager-nonfatal": _fabric_manager_nonfatal,
     "nvme-media-errors": _nvme_media_errors,
     "nvme-wear-out": _nvme_wear_out,
     "dimm-missing": _dimm_missing,

@@ -36,5 +36,7 @@ def host_state(platform: str, node: str) -> dict[str, Any]:
                           "present": True, "size_mib": DIMM_MIB, "speed": rated,
                           "configured": configured, "part": part, "manufacturer": maker,
                           "serial": serial, "ce": 0, "ue": 0})
-    # mce: machine-check records {cpu, bank, status}; sxids: {nvswitch, bdf, sxid, fatal, text}
-    return {"dimms": dimms, "mce": [], "sxids": []}
+    # mce: machine-check records {cpu, bank, status}; sxids: {nvswitch, bdf, sxid, fatal, text};
+    # fm_errors: NVSwitch errors Fabric Manager logs {nvswitch, bdf, physical_id, port, sxid,
+    # fatal, at} (at: epoch seconds; None until the node's next tool call logs it)
+    return {"dimms": dimms, "mce": [], "sxids": [], "fm_errors": []}

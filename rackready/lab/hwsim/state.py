@@ -195,9 +195,11 @@ def build_state(platform: str, node: str, fabric: str = "roce", seed: int | None
             "aer": aer_zero(),  # PCIe AER counters (sysfs aer_dev_*)
         })
 
+    # physical_id: the baseboard's number for a switch, which Fabric Manager logs; not the
+    # driver's minor (index), so a check that mixed the two up would show it
     nvswitches = [{"index": s, "bdf": f"0000:{0xE4 + s:02x}:00.0", "numa": 1,
                    "device_id": "22A3", "uuid": "SWX-" + _uuid(node, "nvswitch", s),
-                   "fw": "96.10.6D.00.01", "present": True}
+                   "fw": "96.10.6D.00.01", "present": True, "physical_id": 8 + s}
                   for s in range(spec["nvswitches"])]
 
     link_layer = "InfiniBand" if fabric == "ib" else "Ethernet"

@@ -144,3 +144,36 @@ def test_a_ticking_fault_renders_in_place_as_a_fresh_render_would(tmp_path, monk
     after = _tree(tmp_path / "node" / ROOT_REL)
     assert after == _tree(tmp_path / "fresh")
     assert after != before  # the counters did rise
+
+
+def test_fabric_manager_log_healthy_then_a_fault_logged_at_the_next_tool_call(tmp_path,
+                                                                          monkeypatch):
+    # the NVSwitch node's rendered Fabric Manager log reads as one (the suite's own parser):
+    # a session and its configured line, no error; a fault's errors are not in it until the
+    # node's next stand-in call logs them (then at that call's time); heal takes them away
+    from datetime import datetime
+
+    from rackready.lab.hwsim.cli.common import advance_faults
+    from rackready.lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
+    from validation.probes.fabricmanager_log import parse_fm_log
+
+    healthy = build_state("xe9680-h200", "gpu01", "roce", provisioned=True)
+    log = tmp_path / "node" / ROOT_REL / "var/log/fabricmanager.log"
+    write_node_state(apply_fault(healthy, "fabric-manager-nonfatal", "3:7"), tmp_path / "node")
+    es = parse_fm_log(log.read_text(), datetime.now())
+    assert [e.kind for e in es if e.kind != "other"] == ["start", "configured"]
+    monkeypatch.setenv("HWSIM_STATE", str(tmp_path / "node" / STATE_REL))
+    before = datetime.now().replace(microsecond=0)
+    advance_faults()
+    errors = [e for e in parse_fm_log(log.read_text(), datetime.now()) if e.is_error]
+    assert [(e.kind, e.bus, e.physical_id, e.port) for e in errors] == [
+        ("nvswitch_nonfatal", healthy["nvswitches"][3]["bdf"], 11, 7)] * 3
+    assert all(e.when >= before for e in errors)
+    write_node_state(heal(json.loads((tmp_path / "node" / STATE_REL).read_text())),
+                     tmp_path / "node")
+    assert not [e for e in parse_fm_log(log.read_text(), datetime.now()) if e.is_error]
+    # no NVSwitch: no Fabric Manager, no log
+    write_node_state(build_state("dl380a-gen12-h200nvl", "n", provisioned=True), tmp_path / "d")
+    assert not (tmp_path / "d" / ROOT_REL / "var/log/fabricmanager.log").exists()
+    with pytest.raises(FaultError, match="needs NVSwitch"):
+        apply_fault(build_state("dl380a-gen12-h200nvl", "n"), "fabric-manager-fatal")

@@ -104,14 +104,19 @@ def advance_faults() -> None:
     """Faults in progress (an AER storm, a flapping link) raise their counters once per tool
     call: the calls are the simulated node's clock, so counters read at the start and at the
     end of a run differ, as on hardware whose error source is live. Each fault record lists
-    its `ticks` ({"path": [...], "add": n}); nodes without such a fault pay one read."""
+    its `ticks` ({"path": [...], "add": n}); nodes without such a fault pay one read. A fault's
+    Fabric Manager log entries are written with the time of the first call after it."""
+    from . import fm_log  # local import: keeps read-only tools light
+
     try:
-        if not any(f.get("ticks") for f in load_state().get("faults", [])):
-            return
+        current = load_state()
     except ToolError:
         return  # no state: the tool itself says so
+    if not (any(f.get("ticks") for f in current.get("faults", [])) or fm_log.pending(current)):
+        return
     # ticks only raise counters: nothing the sysroot shows goes, so it is rendered in place
     with locked_state(prune=False) as state:
+        fm_log.stamp(state)  # errors a fault recorded are logged now (fm_log's docstring)
         for fault in state.get("faults", []):
             for tick in fault.get("ticks", []):
                 *parents, leaf = tick["path"]

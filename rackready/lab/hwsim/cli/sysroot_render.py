@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import fm_log
 from .common import SPEED_OF_GEN, present, read_capture
 from .host_render import keep, kern_lines, render_host, tracking, write_bytes
 from .host_render import write_file as _write
@@ -327,3 +328,5 @@ def _render(state: dict[str, Any], root: Path, seen: dict[Path, str] | None) -> 
     _efi(state, root)
     render_host(state, root)  # SMBIOS table, EDAC
     _write(root / "var/log/kern.log", _kern_log(state))
+    if fm_log.logged(state):
+        _write(root / fm_log.PATH, fm_log.render(state))
