@@ -184,7 +184,7 @@ _REMEDIATION: list[tuple[str, str]] = [
                    "by serial if it recurs"),
     (r"^gpu\.(ecc_|remapped_rows|retired_)|^health\.delta\.(ecc|remapped)",
      "RMA {c} by serial (memory errors)"),
-    (r"^gpu\.xid_application$",
+    (r"^gpu\.xid_other$",
      "application-class XIDs repeated on {c}: restart the application and re-run; if they "
      "recur on this GPU alone, follow the catalog's investigatory action for them "
      "(CONTACT_SUPPORT: RMA by serial)"),

@@ -45,8 +45,8 @@ _CORE: list[Metric] = [
     _m("gpu.remapped_rows_failure", "", "row remapping failed (GPU out of spare rows)", "equal"),
     _m("gpu.xid_hardware", "", "XID events since boot whose catalog class fails a node (reset, "
        "reboot, RMA, a workflow, unknown), per GPU and class (labels xids, action)", "lower"),
-    _m("gpu.xid_application", "", "XID events since boot whose catalog class is the "
-       "application's (restart it) or none (IGNORE), per GPU", "lower"),
+    _m("gpu.xid_other", "", "XID events since boot whose catalog class does not fail a node "
+       "alone (application: restart it; IGNORE), per GPU", "lower"),
     _m("gpu.throttle.hw_slowdown", "", "HW slowdown clock event active", "equal"),
     _m("gpu.throttle.hw_thermal", "", "HW thermal slowdown clock event active", "equal"),
     _m("gpu.throttle.hw_power_brake", "", "HW power brake clock event active", "equal"),

@@ -85,7 +85,7 @@ def xids_by_gpu(ctx: Context) -> tuple[dict[int, list[XidEvent]], list[XidEvent]
     return per_gpu, orphans
 
 
-@check("gpu.xid", emits=("gpu.xid_hardware", "gpu.xid_application"),
+@check("gpu.xid", emits=("gpu.xid_hardware", "gpu.xid_other"),
        needs=("gpu",), timeout_s=60, title="XID events in the kernel log since boot, "
                                             "judged by NVIDIA's XID catalog")
 def gpu_xid(ctx: Context) -> Iterator[Measurement]:
@@ -131,7 +131,7 @@ def _xid_labels(cat: xid_catalog.Catalog, cls: str | None, events: list[XidEvent
 def _xid_measurements(cat: xid_catalog.Catalog, events: list[XidEvent],
                       lab: dict[str, str]) -> Iterator[Measurement]:
     quiet = [e for e in events if not cat.fails(e.xid)]
-    yield m("gpu.xid_application", len(quiet), {**lab, **_xid_labels(cat, None, quiet)})
+    yield m("gpu.xid_other", len(quiet), {**lab, **_xid_labels(cat, None, quiet)})
     failing = _by_class(cat, [e for e in events if cat.fails(e.xid)])
     if not failing:
         yield m("gpu.xid_hardware", 0, lab)

@@ -432,7 +432,7 @@ def test_one_application_xid_passes_with_a_note(tmp_path):
     res = run("gpu.xid", ctx)
     verdicts = judge([res], ctx.profile)
     assert [v for v in verdicts if v.outcome == "fail"] == []
-    app = [v for v in verdicts if v.metric == "gpu.xid_application" and v.labels["gpu"] == "0"]
+    app = [v for v in verdicts if v.metric == "gpu.xid_other" and v.labels["gpu"] == "0"]
     assert [(v.outcome, v.value) for v in app] == [("pass", 1)]
     assert f"serial {SERIAL0}" in app[0].message and "XID 13" in app[0].message
 
@@ -446,7 +446,7 @@ def test_repeated_application_xids_fail_by_the_profile(tmp_path):
         "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_a0000000.\n")
     bad = fails(run("gpu.xid", xid_ctx(tmp_path, log)), make_ctx(tmp_path / "p"))
     assert [(v.metric, v.value, v.labels["gpu"]) for v in bad] == \
-        [("gpu.xid_application", 2, "0")]
+        [("gpu.xid_other", 2, "0")]
     assert "XID 13, 31" in bad[0].message and "restart the application" in bad[0].remediation
     assert "limit <= 1" in bad[0].message
 

@@ -72,9 +72,10 @@ def test_field_xids_carry_the_catalogs_bucket_and_class(xid):
 
 
 def test_a_row_whose_class_contradicts_its_bucket_is_refused(tmp_path: Path):
-    text = xid_catalog.PATH.read_text().replace(
-        'immediate: "RESTART_BM", investigatory: "CONTACT_SUPPORT", class: reboot_node}',
-        'immediate: "RESTART_BM", investigatory: "CONTACT_SUPPORT", class: application}')
+    row = 'immediate: "RESTART_BM"\n    investigatory: "CONTACT_SUPPORT"\n    class: '
+    text = xid_catalog.PATH.read_text()
+    assert text.count(row + "reboot_node\n") == 1
+    text = text.replace(row + "reboot_node\n", row + "application\n")
     bad = tmp_path / "xid_catalog.yml"
     bad.write_text(text)
     with pytest.raises(XidCatalogError, match=r"XID 79: class application but bucket "
@@ -107,3 +108,27 @@ def test_controller_ships_a_valid_override_and_refuses_a_bad_one_in_one_line():
         msg = str(exc.value)
         assert msg.startswith("gpu01: rackready_validation_site: xid_overrides: ") and \
             said in msg and "\n" not in msg
+
+
+FIELD_119 = (Path(__file__).resolve().parents[2] / "fixtures" / "field" / "kernel-log"
+             / "xid-119-gpud-testdata.txt")
+
+
+def test_parse_xids_reads_a_field_capture_one_event_per_process_run():
+    """A public capture (leptonai/gpud testdata, tests/fixtures/field/kernel-log): five XID
+    119 lines on one GPU among GSP RPC history lines; the first three from one process in a
+    row are one event, the next two from two others: three events, all reset_gpu. Lines
+    without a pid/name (older drivers, made from the driver's format, not captured) are an
+    event each."""
+    from validation.probes.kernel_log import distinct_events, parse_xids
+
+    events = parse_xids(FIELD_119.read_text())
+    assert [(e.bus, e.xid) for e in events] == [("0000:9b:00", 119)] * 5
+    assert events[0].process == "2024380 nvidia-smi"
+    assert [e.process for e in distinct_events(events)] == [
+        "2024380 nvidia-smi", "1263500 cache_mgr_main", "1240590 gpud"]
+    assert {load().class_of(e.xid) for e in events} == {"reset_gpu"}
+    old = ("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+           "NVRM: Xid (0000:3b:00): 79, GPU has fallen off the bus.\n")
+    assert [(e.bus, e.process) for e in distinct_events(parse_xids(old))] == \
+        [("0000:3b:00", ""), ("0000:3b:00", "")]
