@@ -87,6 +87,11 @@ def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
             # the lost GPU makes nvidia-smi fail naming its bus id (rc 15)
             "xid-79": (("gpu.inventory", "gpu.health"), [comp["bus_id"]]),
             "thermal-throttle": (("gpu.health",), gpu),
+            # XIDs judged by the catalog's class: the GPU, the XID and the action
+            "xid-13": (("gpu.xid",), [*gpu, "XID 13", "restart the application"]),
+            "xid-119": (("gpu.xid",), [*gpu, "XID 119", "reset the GPU"]),
+            "xid-61": (("gpu.xid",), [*gpu, "XID 61", "replace the GPU (RMA by serial)"]),
+            "xid-54": (("gpu.xid",), [*gpu, "XID 54", "auxiliary power cable"]),
         }[kind]
     if comp["type"] == "service":
         return ("fabric.manager", "fabric.state"), [comp["name"]]
@@ -118,7 +123,7 @@ def naming_failures(verdicts: list[dict[str, Any]], kind: str, comp: dict[str, A
 # a drive's SMART log read over SSH.
 FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "gpu": ("xid-79", "gpu-missing", "ecc-uncorrectable", "row-remap-pending",
-            "thermal-throttle"),
+            "thermal-throttle", "xid-13", "xid-119", "xid-61", "xid-54"),
     "nvlink-nvswitch": ("nvlink-down", "sxid"),
     "fabric-manager": ("fabric-manager-down", "fabric-manager-fatal", "fabric-manager-nonfatal"),
     "pcie": ("aer-storm", "pcie-downtrained"),

@@ -82,6 +82,10 @@ def _component(key: LabelKey) -> str:
         if labels.get("bus_id"):
             extra.append(f"PCI {labels['bus_id']}")
         parts.append(gpu + (f" ({', '.join(extra)})" if extra else ""))
+    if labels.get("xids"):  # the XIDs one verdict counts, and a site's reclassification
+        parts.append(f"XID {labels['xids'].replace(',', ', ')}"
+                     + (f" (site override {labels['override']})" if labels.get("override")
+                        else ""))
     if "pair" in labels:
         parts.append(f"NVLink between GPUs {labels['pair'].replace('-', ' and ')}")
     if "link" in labels:
@@ -185,7 +189,12 @@ _REMEDIATION: list[tuple[str, str]] = [
                    "by serial if it recurs"),
     (r"^gpu\.(ecc_|remapped_rows|retired_)|^health\.delta\.(ecc|remapped)",
      "RMA {c} by serial (memory errors)"),
-    (r"xid", "look up the XID in NVIDIA's XID catalog; reseat {c}, RMA by serial if it recurs"),
+    (r"^gpu\.xid_other$",
+     "application-class XIDs repeated on {c}: restart the application and re-run; if they "
+     "recur on this GPU alone, follow the catalog's investigatory action for them "
+     "(CONTACT_SUPPORT: RMA by serial)"),
+    (r"xid", "XIDs during the run on {c}: the gpu.xid verdicts name each XID's class and "
+             "action (NVIDIA's XID catalog)"),
     (r"^gpu\.throttle\.|^gpu\.temperature$",
      "check cooling, fans, PSUs and BMC power capping for {c}"),
     (r"^gpu\.pcie_|pcie_replay", "reseat {c} and its riser/cable; check the slot's BIOS link "
@@ -237,10 +246,30 @@ _REMEDIATION: list[tuple[str, str]] = [
 
 def remediation(metric: str, labels: dict[str, str]) -> str:
     c = component(labels)
+    special = _labelled_remediation(metric, labels, c)
+    if special:
+        return special
     for pattern, text in _REMEDIATION:
         if re.search(pattern, metric):
             return text.format(c=c)
     return f"inspect {c}"
+
+
+def _labelled_remediation(metric: str, labels: dict[str, str], c: str) -> str:
+    """Where a label, not the metric, decides the words: an XID's catalog class, a GPU
+    that reports no NVLink at all ("" elsewhere)."""
+    if metric == "gpu.xid_hardware" and labels.get("action"):
+        from validation import xid_catalog
+
+        return xid_catalog.remediation(labels["action"], labels, c)
+    if metric == "nvlink.links_up" and labels.get("nvlink") == "none":
+        # nvidia-smi says the GPU has no NVLink: no link to reseat
+        return (f"{c} reports no NVLink at all (nvidia-smi: 'Device does not have or "
+                "support Nvlink'): check it is the ordered part (a SKU without NVLink is "
+                "the wrong part: replace it), that the driver is the pinned one, and that "
+                "the GPU is not passed through to a VM without its NVLink; there is no link "
+                "to reseat")
+    return ""
 
 
 def _labels_key(labels: dict[str, str]) -> LabelKey:

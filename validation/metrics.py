@@ -43,8 +43,10 @@ _CORE: list[Metric] = [
     _m("gpu.remapped_rows_uncorrectable", "", "rows remapped for uncorrectable errors", "lower"),
     _m("gpu.remapped_rows_pending", "", "a row remap awaits a GPU reset", "equal"),
     _m("gpu.remapped_rows_failure", "", "row remapping failed (GPU out of spare rows)", "equal"),
-    _m("gpu.xid_hardware", "", "hardware-class XID events since boot", "lower"),
-    _m("gpu.xid_other", "", "application-class XID events since boot", "lower", judged=False),
+    _m("gpu.xid_hardware", "", "XID events since boot whose catalog class fails a node (reset, "
+       "reboot, RMA, a workflow, unknown), per GPU and class (labels xids, action)", "lower"),
+    _m("gpu.xid_other", "", "XID events since boot whose catalog class does not fail a node "
+       "alone (application: restart it; IGNORE), per GPU", "lower"),
     _m("gpu.throttle.hw_slowdown", "", "HW slowdown clock event active", "equal"),
     _m("gpu.throttle.hw_thermal", "", "HW thermal slowdown clock event active", "equal"),
     _m("gpu.throttle.hw_power_brake", "", "HW power brake clock event active", "equal"),
@@ -233,7 +235,7 @@ HEALTH_COUNTERS: dict[str, str] = {
     "ecc_uncorrected": "uncorrectable ECC errors",
     "ecc_corrected": "correctable ECC errors",
     "remapped_rows": "remapped rows (correctable + uncorrectable)",
-    "xid_hardware": "hardware-class XID events",
+    "xid_hardware": "XID events whose catalog class fails a node",
     "pcie_replay": "PCIe replay counter",
     "nvlink_replay": "NVLink replay errors",
     "nvlink_recovery": "NVLink recovery errors",

@@ -39,6 +39,7 @@ from rackready.steps.slurm_run import SlurmRun
 from validation.checks.registry import all_checks
 from validation.profile import ProfileError, load_profile
 from validation.workloads.common_env import roce_env
+from validation.xid_catalog import XidCatalogError, parse_overrides
 
 LEVELS = ("quick", "standard", "burnin")
 VIA = ("ssh", "slurm")
@@ -217,6 +218,10 @@ def _site(node: inventory.Node) -> dict:
     site = {**(node.validation_site or {}), **(node.provisioned or {}), "fabric": node.fabric,
             "platform": node.platform, "node": node.name,
             "rdma_devices": list(node.rdma_devices)}
+    try:  # a site's XID reclassification, refused here in one line rather than on the node
+        parse_overrides(site.get("xid_overrides"))
+    except XidCatalogError as exc:
+        raise UserError(f"{node.name}: rackready_validation_site: {exc}") from None
     # Ansible hands over its own str subclasses; JSON makes them plain data.
     return json.loads(json.dumps(site))
 

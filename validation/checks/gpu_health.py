@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from validation import xid_catalog
 from validation.checks.common import gpu_labels, m, smi
 from validation.checks.registry import CheckSkipped, CommandFailed, Context, check
 from validation.model import Measurement
-from validation.probes.kernel_log import XidEvent, parse_xids, xid_bus_key
+from validation.probes.kernel_log import XidEvent, distinct_events, parse_xids, xid_bus_key
 from validation.probes.nvidia_smi import ParseError
 
 THROTTLE = ("hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap")
@@ -85,17 +86,54 @@ def xids_by_gpu(ctx: Context) -> tuple[dict[int, list[XidEvent]], list[XidEvent]
 
 
 @check("gpu.xid", emits=("gpu.xid_hardware", "gpu.xid_other"),
-       needs=("gpu",), timeout_s=60, title="XID events in the kernel log since boot")
+       needs=("gpu",), timeout_s=60, title="XID events in the kernel log since boot, "
+                                            "judged by NVIDIA's XID catalog")
 def gpu_xid(ctx: Context) -> Iterator[Measurement]:
+    """Per GPU: the XID events whose catalog class fails a node (reset, reboot, RMA, a
+    workflow, one the catalog does not know), one measurement per class naming its XIDs
+    and action; and the application-class ones (restart the application, or none), which
+    only the profile's per-GPU limit judges. A site's overrides (xid_overrides) apply."""
+    try:
+        cat = xid_catalog.for_site(ctx.site)
+    except xid_catalog.XidCatalogError as exc:
+        raise ParseError(f"site settings: {exc}") from None
     per_gpu, orphans = xids_by_gpu(ctx)
     labels = {g.index: gpu_labels(g) for g in smi(ctx).gpus}
     for idx, events in per_gpu.items():
-        hw = sorted({e.xid for e in events if e.hardware})
-        lab = {**labels[idx], **({"xids": ",".join(map(str, hw))} if hw else {})}
-        yield m("gpu.xid_hardware", sum(e.hardware for e in events), lab)
-        yield m("gpu.xid_other", sum(not e.hardware for e in events), labels[idx])
-    for bus in sorted({e.bus for e in orphans if e.hardware}):
+        yield from _xid_measurements(cat, distinct_events(events), labels[idx])
+    for bus in sorted({e.bus for e in orphans}):
         # an XID from a bus id no GPU answers on: a GPU that fell off the bus
-        lost = [e for e in orphans if e.bus == bus and e.hardware]
-        xids = ",".join(sorted({str(e.xid) for e in lost}))
-        yield m("gpu.xid_hardware", len(lost), {"gpu": "missing", "bus_id": bus, "xids": xids})
+        lost = [e for e in distinct_events(orphans) if e.bus == bus and cat.fails(e.xid)]
+        for cls, found in _by_class(cat, lost).items():
+            yield m("gpu.xid_hardware", len(found),
+                    {"gpu": "missing", "bus_id": bus, **_xid_labels(cat, cls, found)})
+
+
+def _by_class(cat: xid_catalog.Catalog, events: list[XidEvent]) -> dict[str, list[XidEvent]]:
+    out: dict[str, list[XidEvent]] = {}
+    for e in events:
+        out.setdefault(cat.class_of(e.xid), []).append(e)
+    return dict(sorted(out.items()))
+
+
+def _xid_labels(cat: xid_catalog.Catalog, cls: str | None, events: list[XidEvent]
+                ) -> dict[str, str]:
+    xids = sorted({e.xid for e in events})
+    out = {"xids": ",".join(map(str, xids))} if xids else {}
+    if cls:
+        out["action"] = cls
+    overridden = [w for w in map(cat.override_words, xids) if w]
+    if overridden:
+        out["override"] = "; ".join(overridden)
+    return out
+
+
+def _xid_measurements(cat: xid_catalog.Catalog, events: list[XidEvent],
+                      lab: dict[str, str]) -> Iterator[Measurement]:
+    quiet = [e for e in events if not cat.fails(e.xid)]
+    yield m("gpu.xid_other", len(quiet), {**lab, **_xid_labels(cat, None, quiet)})
+    failing = _by_class(cat, [e for e in events if cat.fails(e.xid)])
+    if not failing:
+        yield m("gpu.xid_hardware", 0, lab)
+    for cls, found in failing.items():
+        yield m("gpu.xid_hardware", len(found), {**lab, **_xid_labels(cat, cls, found)})

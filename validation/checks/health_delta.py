@@ -19,6 +19,7 @@ Key = tuple[str, tuple[tuple[str, str], ...]]
 
 def read_counters(ctx: Context) -> dict[Key, float]:
     """Every health counter on the node, keyed (counter, labels). Reads fresh values."""
+    from validation import xid_catalog
     from validation.checks.gpu_health import xids_by_gpu
     from validation.checks.network import ib_error_counters
     from validation.checks.nvlink import nvlink_error_counters
@@ -40,8 +41,9 @@ def read_counters(ctx: Context) -> dict[Key, float]:
         put("pcie_replay", lab, g.pcie_replay)
     labels = {g.index: gpu_labels(g) for g in gpus}
     per_gpu, _ = xids_by_gpu(ctx)
+    cat = xid_catalog.for_site(ctx.site)  # the XIDs whose catalog class fails a node
     for idx, events in per_gpu.items():
-        put("xid_hardware", labels[idx], sum(e.hardware for e in events))
+        put("xid_hardware", labels[idx], sum(cat.fails(e.xid) for e in events))
     if ctx.profile is None or "nvlink" in ctx.profile.requires:
         for gpu, links in nvlink_error_counters(ctx).items():
             for link, counters in links.items():

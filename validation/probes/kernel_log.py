@@ -1,20 +1,17 @@
 """XID events from kernel log lines (dmesg, journalctl -k, /var/log/kern.log).
 
-The driver logs `NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., text`.
-Which XIDs mean hardware trouble follows NVIDIA's XID catalog."""
+The driver logs `NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., text`. What an XID
+means and what to do about it is NVIDIA's XID catalog's (validation/xid_catalog.py), not
+the parser's."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-# catalog: hardware/board faults (memory, bus, NVLink, GSP, power), not app bugs
-HARDWARE_XIDS = frozenset(
-    {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 94, 95, 119, 120,
-     121, 122, 123, 140, 143, 144, 145, 146, 147, 148, 149, 150, 151, 154}
-)
-
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+),?\s*(.*)$")
+# the process the driver blames, where it says (r470+: pid='<unknown>' when none)
+_PROC = re.compile(r"^pid=([^,]*), name=([^,]*)")
 
 
 @dataclass(frozen=True)
@@ -24,8 +21,10 @@ class XidEvent:
     text: str
 
     @property
-    def hardware(self) -> bool:
-        return self.xid in HARDWARE_XIDS
+    def process(self) -> str:
+        """pid and name as logged ('' where the line names none)."""
+        m = _PROC.match(self.text)
+        return f"{m.group(1)} {m.group(2)}" if m else ""
 
 
 def parse_xids(text: str) -> list[XidEvent]:
@@ -44,3 +43,14 @@ def xid_bus_key(bus_id: str) -> str:
     if len(parts) == 3:  # 00000000:3b:00.0 or 0000:3b:00.0
         return f"{parts[0][-4:]}:{parts[1]}:{parts[2].split('.')[0]}"
     return b
+
+
+def distinct_events(events: list[XidEvent]) -> list[XidEvent]:
+    """One fault per run of consecutive lines with the same GPU, XID and process: the
+    driver logs one XID 13 as several lines (SM warp, SM global, ESR), one event."""
+    out: list[XidEvent] = []
+    for e in events:
+        if not (out and e.process and (out[-1].bus, out[-1].xid, out[-1].process)
+                == (e.bus, e.xid, e.process)):
+            out.append(e)
+    return out

@@ -170,6 +170,10 @@ FAULTS.update(HOST_FAULTS)
 from .faults_fabric import FABRIC_FAULTS  # noqa: E402
 
 FAULTS.update(FABRIC_FAULTS)
+# XID faults, one per class of the XID catalog (faults_xid.py)
+from .faults_xid import XID_FAULTS  # noqa: E402
+
+FAULTS.update(XID_FAULTS)
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 
 

@@ -129,3 +129,30 @@ def test_healthy_node_hardware_checks_pass_and_a_fault_is_the_only_difference(
     assert run.returncode == 0 and failed(result) == [], \
         ([v["message"] for v in failed(result)], run.stderr[-2000:])
     assert {c["check"] for c in result["checks"]} == set(HARDWARE_CHECKS)
+
+
+def test_one_application_xid_passes_with_a_note_and_a_site_override_fails_it(
+        tmp_path: Path) -> None:
+    """One XID 13 fault (xid-13 keeps its first process's lines) passes: the verdict names
+    the GPU and the XID. The site's xid_overrides {13: reset_gpu} fails the same log,
+    naming the override and the action, as the controller ships the override."""
+    state = apply_fault(build_state("xe9680-h200", "gpu01", "roce", provisioned=True), "xid-13")
+    g = state["gpus"][0]
+    g["xids"] = [x for x in g["xids"] if x["pid"] == "4242"]
+    node = make_node(tmp_path, "xe9680-h200", "gpu01", "roce", state)
+    compute = [n["bdf"] for n in state["nics"] if n["role"] == "compute"]
+    site = site_for(node, "roce", compute)
+    proc, result = run_suite(node, tmp_path / "out", "xe9680-h200-lab", site,
+                             "--only", "gpu.xid")
+    assert proc.returncode == 0 and result["outcome"] == "PASS", \
+        [v["message"] for v in failed(result)]
+    note = [v for v in result["verdicts"] if v["metric"] == "gpu.xid_other"
+            and v["labels"].get("xids") == "13"]
+    assert [(v["outcome"], v["value"]) for v in note] == [("pass", 1)]
+    assert f"serial {g['serial']}" in note[0]["message"] and "XID 13" in note[0]["message"]
+    proc, result = run_suite(node, tmp_path / "out2", "xe9680-h200-lab",
+                             {**site, "xid_overrides": {13: "reset_gpu"}}, "--only", "gpu.xid")
+    assert proc.returncode == 1 and result["outcome"] == "FAIL"
+    [bad] = failed(result)
+    assert "site override 13: application -> reset_gpu" in bad["message"]
+    assert f"serial {g['serial']}" in bad["message"] and "reset the GPU" in bad["remediation"]

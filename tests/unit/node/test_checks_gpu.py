@@ -401,3 +401,126 @@ def test_no_nvlink_visible_is_skipped_and_fails_when_required(tmp_path):
     skipped = CheckResult("nvlink.links", "skipped", 0.0, (), "no NVLink", ("gpu", "nvlink"))
     assert [v.outcome for v in judge([skipped], ctx.profile)
             if v.metric == "check.status"] == ["fail"]
+
+
+# --- XIDs judged by NVIDIA's XID catalog (validation/xid_catalog.yml) ---------------
+# Lines in the driver's format (`NVRM: Xid (PCI:dddd:bb:dd): N, pid=..., name=..., text`,
+# as in the field logs docs/parsers.md cites for parse_xids); the XID 13 burst (SM warp,
+# SM global, ESR lines of one fault) made from leptonai/gpud's accelerator-nvidia-error-xid
+# README dmesg example, not captured here.
+XID13_BURST = (
+    "kernel: NVRM: Xid (PCI:0000:00:06): 13, pid={pid}, name=python, Graphics SM Warp "
+    "Exception on (GPC 7, TPC 1, SM 0): Out Of Range Address\n"
+    "kernel: NVRM: Xid (PCI:0000:00:06): 13, pid={pid}, name=python, Graphics SM Global "
+    "Exception on (GPC 7, TPC 1, SM 0): Multiple Warp Errors\n"
+    "kernel: NVRM: Xid (PCI:0000:00:06): 13, pid={pid}, name=python, Graphics Exception: "
+    "ESR 0x53ce48=0x102000e 0x53ce50=0x20 0x53ce44=0xd3eff2 0x53ce4c=0x17f\n")
+SERIAL0 = "1653724027147"
+
+
+def xid_ctx(tmp_path: Path, log: str, site: dict | None = None) -> FakeContext:
+    ctx = make_ctx(tmp_path)
+    ctx.site = dict(site or {})
+    (ctx.sysroot / "var/log/kern.log").write_text(log)
+    return ctx
+
+
+def test_one_application_xid_passes_with_a_note(tmp_path):
+    """One XID 13 fault (three lines, one process) is the job's: the node passes, and the
+    pass verdict names the GPU and the XID (the note)."""
+    ctx = xid_ctx(tmp_path, XID13_BURST.format(pid=4242))
+    res = run("gpu.xid", ctx)
+    verdicts = judge([res], ctx.profile)
+    assert [v for v in verdicts if v.outcome == "fail"] == []
+    app = [v for v in verdicts if v.metric == "gpu.xid_other" and v.labels["gpu"] == "0"]
+    assert [(v.outcome, v.value) for v in app] == [("pass", 1)]
+    assert f"serial {SERIAL0}" in app[0].message and "XID 13" in app[0].message
+
+
+def test_repeated_application_xids_fail_by_the_profile(tmp_path):
+    """Two faults of other processes on one GPU (XID 13, then 31) exceed the profile's
+    per-GPU limit: that GPU fails, told to restart the application, then to RMA if the
+    XIDs recur on it alone."""
+    log = XID13_BURST.format(pid=4242) + (
+        "kernel: NVRM: Xid (PCI:0000:00:06): 31, pid=4317, name=python, Ch 00000008, "
+        "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_a0000000.\n")
+    bad = fails(run("gpu.xid", xid_ctx(tmp_path, log)), make_ctx(tmp_path / "p"))
+    assert [(v.metric, v.value, v.labels["gpu"]) for v in bad] == \
+        [("gpu.xid_other", 2, "0")]
+    assert "XID 13, 31" in bad[0].message and "restart the application" in bad[0].remediation
+    assert "limit <= 1" in bad[0].message
+
+
+@pytest.mark.parametrize(("xid", "action", "words"), [
+    (119, "reset_gpu", ["reset the GPU", "nvidia-smi -r -i 0000:00:07.0"]),
+    (79, "reboot_node", ["reboot the node"]),
+    (64, "reset_gpu", ["reset the GPU", "replace the GPU (RMA by serial)"]),
+    (95, "reset_gpu", ["reset the GPU"]),
+    (61, "rma", ["replace the GPU (RMA by serial)", "contact NVIDIA support"]),
+    (54, "check_mechanicals", ["mechanicals", "replace the GPU board's auxiliary power cable"]),
+    (74, "workflow", ["WORKFLOW_NVLINK_ERR", "reset the GPU"]),
+    (165, "unclassified", ["the catalog gives no action"]),
+    (999, "unknown", ["see NVIDIA's XID catalog"]),
+])
+def test_xid_of_each_failing_class_fails_naming_the_gpu_and_the_action(
+        tmp_path, xid, action, words):
+    log = f"kernel: NVRM: Xid (PCI:0000:00:07): {xid}, pid=1, name=x, some text\n"
+    ctx = xid_ctx(tmp_path, log)
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.metric, v.labels["gpu"], v.labels["xids"], v.labels["action"]) for v in bad] \
+        == [("gpu.xid_hardware", "1", str(xid), action)]
+    said = bad[0].message + " " + bad[0].remediation
+    assert f"serial {SERIAL1}" in said and "0000:00:07.0" in said and f"XID {xid}" in said
+    assert all(w in bad[0].remediation for w in words), bad[0].remediation
+
+
+def test_two_classes_on_one_gpu_are_two_verdicts(tmp_path):
+    log = ("kernel: NVRM: Xid (PCI:0000:00:07): 119, pid=1, name=x, Timeout waiting for RPC\n"
+           "kernel: NVRM: Xid (PCI:0000:00:07): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    ctx = xid_ctx(tmp_path, log)
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert sorted((v.labels["action"], v.value) for v in bad) == \
+        [("reboot_node", 1), ("reset_gpu", 1)]
+
+
+def test_site_override_reclassifies_an_xid_and_the_report_says_so(tmp_path):
+    """xid_overrides {13: reset_gpu}: one XID 13 now fails, the verdict shows the override;
+    {79: application}: the GPU that fell off the bus once is counted, not failed alone."""
+    ctx = xid_ctx(tmp_path, XID13_BURST.format(pid=4242), {"xid_overrides": {"13": "reset_gpu"}})
+    bad = fails(run("gpu.xid", ctx), ctx)
+    assert [(v.labels["action"], v.labels["override"]) for v in bad] == \
+        [("reset_gpu", "13: application -> reset_gpu")]
+    assert "site override 13: application -> reset_gpu" in bad[0].message
+    assert "reset the GPU" in bad[0].remediation
+    ctx = xid_ctx(tmp_path / "b", "kernel: NVRM: Xid (PCI:0000:00:07): 79, pid=1, name=x, "
+                  "GPU has fallen off the bus.\n", {"xid_overrides": {79: "application"}})
+    assert fails(run("gpu.xid", ctx), ctx) == []
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    ({"thirteen": "reset_gpu"}, "xid_overrides: XID 'thirteen' is not an integer"),
+    ({13: "reboot"}, "xid_overrides: XID 13: class 'reboot' is not one of application, "),
+    (["13"], "xid_overrides must map XIDs to classes"),
+])
+def test_bad_site_override_is_refused_in_one_line(tmp_path, overrides, said):
+    from validation.probes.nvidia_smi import ParseError
+
+    ctx = xid_ctx(tmp_path, "", {"xid_overrides": overrides})
+    with pytest.raises(ParseError) as exc:
+        run("gpu.xid", ctx)
+    assert str(exc.value).startswith(f"site settings: {said}") and "\n" not in str(exc.value)
+
+
+def test_a_gpu_without_nvlink_is_not_told_to_reseat_a_link(tmp_path):
+    """nvidia-smi says the GPU has no NVLink at all: a profile expecting NVLink fails it,
+    and the remediation says so (wrong part, driver, passed-through GPU), not reseat/RMA a
+    link that does not exist."""
+    text = no_nvlink_status()
+    ctx = make_ctx(tmp_path, **{"nvidia-smi_nvlink_-s": text, "nvidia-smi_nvlink_-e": text})
+    bad = [v for v in fails(run_as_runner("nvlink.links", ctx), ctx)
+           if v.metric == "nvlink.links_up"]
+    assert len(bad) == 2
+    for v in bad:
+        assert "reports no NVLink at all" in v.remediation, v.remediation
+        assert "reseat" not in v.remediation.replace("no link to reseat", "")
+        assert "wrong part" in v.remediation and "passed through" in v.remediation

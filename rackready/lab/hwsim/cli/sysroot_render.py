@@ -85,6 +85,9 @@ def _mdstat(state: dict[str, Any]) -> str:
             "unused devices: <none>\n")
 
 
+NO_PID = "'<unknown>'"  # what the driver logs where no process is to blame
+
+
 def _kern_log(state: dict[str, Any]) -> str:
     lines = []
     t = 812.0
@@ -93,7 +96,8 @@ def _kern_log(state: dict[str, Any]) -> str:
             t += 37.25
             lines.append(f"Nov 30 01:{int(t) // 60 % 60:02d}:{int(t) % 60:02d} {state['node']} "
                          f"kernel: [{t:12.6f}] NVRM: Xid (PCI:{g['bdf'][:-2]}): {x['xid']}, "
-                         f"pid='<unknown>', name=<unknown>, {x['text']}")
+                         f"pid={x.get('pid', NO_PID)}, name={x.get('name', '<unknown>')}, "
+                         f"{x['text']}")
     lines += kern_lines(state, state["node"])  # MCE and SXid lines
     return "\n".join(lines) + ("\n" if lines else "")
 
