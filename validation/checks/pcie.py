@@ -82,7 +82,11 @@ def pcie_path(ctx: Context) -> Iterator[Measurement]:
                           g.clock_events.get("idle") is True) for g in smi(ctx).gpus]
     devices += [PathDevice(addr, f"NIC {ca} (PCI {addr})", False)
                 for ca, addr in compute_nics(ctx)]
-    yield from path_measurements(ctx.sysroot, devices)
+    # a VM slice (a GPU-subset scope drops bare-metal): its links are the hypervisor's, which
+    # may report any rate; the path is reported, its links are not measured, and the limits
+    # (which need bare-metal) are not applicable, as health.delta reads the profile for NVLink
+    whole = ctx.profile is None or "bare-metal" in ctx.profile.requires
+    yield from path_measurements(ctx.sysroot, devices, links=whole)
 
 
 class PathDevice(NamedTuple):
@@ -91,7 +95,8 @@ class PathDevice(NamedTuple):
     idle: bool  # a GPU NVML reports idle (clocks event reason GPU idle)
 
 
-def path_measurements(sysroot: Path, devices: list[PathDevice]) -> Iterator[Measurement]:
+def path_measurements(sysroot: Path, devices: list[PathDevice], links: bool = True
+                      ) -> Iterator[Measurement]:
     """Each link once (a switch uplink serves a GPU and a NIC: one measurement naming both):
     width and speed as a fraction of what the link must train to, the lower maximum of its
     two ends (1.0: trained as it should).
@@ -106,7 +111,8 @@ def path_measurements(sysroot: Path, devices: list[PathDevice]) -> Iterator[Meas
     A link whose end reports no link (width 0, speed Unknown: a hypervisor's emulated
     bridge) or a device with no port above it is emulated (pcie.path_emulated, a fact the
     profile makes its limits not applicable by, where every device reads it); on a node
-    where other devices' paths read, such a link is a value that could not be read."""
+    where other devices' paths read, such a link is a value that could not be read.
+    links=False (a VM slice): the facts alone."""
     paths = {d.address: read_path(sysroot, d.address) for d in devices}
     emulated = {a: p is not None and (not p.hops or not all(h.reported for h in p.hops))
                 for a, p in paths.items()}
@@ -117,9 +123,13 @@ def path_measurements(sysroot: Path, devices: list[PathDevice]) -> Iterator[Meas
     for address, name, idle in devices:
         path = paths[address]
         if path is None:  # no symlink into /sys/devices: nothing to walk
-            yield m("pcie.path_width", None, {"hop": f"unread -> {address}", "behind": name})
+            if links:
+                yield m("pcie.path_width", None, {"hop": f"unread -> {address}",
+                                                  "behind": name})
             continue
         yield m("pcie.path_emulated", emulated[address], {"device": name})
+        if not links:
+            continue
         if not path.hops and not virtual:
             yield m("pcie.path_width", None, {"hop": f"none -> {address}", "behind": name,
                                               "trained": "no port above it"})

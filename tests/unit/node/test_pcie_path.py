@@ -253,3 +253,29 @@ def test_aer_parser_on_a_field_capture() -> None:
     of kernels before TLPBlockedErr and friends): total 3, all BadTLP."""
     c = parse_aer((FIELD / "aer_dev_correctable.pcicrawler-dell-4.18.txt").read_text())
     assert c.total == 3 and c.by_error["BadTLP"] == 3 and len(c.by_error) == 8
+
+
+def test_vm_slice_links_are_the_hypervisors_and_not_measured(tmp_path: Path) -> None:
+    """A QEMU-like root port that reports a link (x1 of its x32, 2.5 of 16 GT/s) above a
+    passed-through GPU: on the whole machine that link fails; on a 2-GPU slice of the
+    profile (a VM: bare-metal dropped) the links are not measured and the limits are not
+    applicable, by the need the slice dropped."""
+    full = load_profile("xe9680-h200")
+    for profile, fails in ((full, True), (scope(full, gpus=2), False)):
+        ctx = make_ctx(tmp_path / str(fails), profile=profile)
+        chains = {"0000:00:02.0": ("0000:00:02.0",), "0000:00:03.0": ("0000:00:03.0",),
+                  "0000:00:06.0": ("0000:00:02.0", "0000:00:06.0"),
+                  "0000:00:07.0": ("0000:00:03.0", "0000:00:07.0")}
+        links = {"0000:00:02.0": ("2.5 GT/s PCIe", "1", "16.0 GT/s PCIe", "32"),
+                 "0000:00:03.0": ("2.5 GT/s PCIe", "1", "16.0 GT/s PCIe", "32"),
+                 "0000:00:06.0": (GEN[5], "16", GEN[5], "16"),
+                 "0000:00:07.0": (GEN[5], "16", GEN[5], "16")}
+        write_tree(ctx.sysroot, chains, links)
+        result = run("pcie.path", ctx)
+        bad = [v for v in judge([result], profile) if v.outcome == "fail"]
+        assert bool(bad) is fails
+        if not fails:
+            assert {mm.name for mm in result.measurements} == {"pcie.path_emulated"}
+            na = [v for v in judge([result], profile) if v.metric.startswith("pcie.path_")]
+            assert {v.outcome for v in na} == {"not_applicable"}
+            assert all("bare-metal" in v.message for v in na)
