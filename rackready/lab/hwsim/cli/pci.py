@@ -6,15 +6,16 @@ from typing import Any
 
 from .common import present
 
-# The PCIe tree, after the HGX H100 8-GPU board NCCL's topology dump shows (aliyun/SimAI
-# issue 128, tests/fixtures/field/pcie/): each GPU and its compute NIC behind one Broadcom
-# PEX890xx Gen5 switch [1000:c030], its upstream port on bus B-2, its downstream ports on
-# bus B-1, the GPU on bus B and the NIC on bus B+1 (d7:00.0 switch, d9:00.0 GPU, da:00.0
-# NIC there); the switch hangs off a CPU root port (01.0) on its own root bus B-3, one
-# PCIe stack per switch as on Sapphire Rapids. The DL380a-like platforms use the same
-# per-GPU switch (hwsim's model, as nvidia-smi topo -m and the launch map read it; not
-# checked against a DL380a capture). Devices outside the switches (NVMe drives, storage
-# NICs, NVSwitches) sit on a root port of their socket's root bus (00 or 80).
+# The PCIe tree, after the HGX H100 8-GPU board that NCCL's topology dump shows
+# (aliyun/SimAI issue 128, tests/fixtures/field/pcie/): each GPU and its compute NIC
+# behind one Broadcom PEX890xx Gen5 switch [1000:c030], its upstream port on bus B-2, its
+# downstream ports on bus B-1, the GPU on bus B and the NIC on bus B+1 (d7:00.0 switch,
+# d9:00.0 GPU, da:00.0 NIC there); the switch hangs off a CPU root port (01.0) on its own
+# root bus B-3, one PCIe stack per switch as on Sapphire Rapids. The DL380a-like
+# platforms use the same per-GPU switch (hwsim's model, as nvidia-smi topo -m and the
+# launch map read it; not checked against a DL380a capture). Devices outside the switches
+# (NVMe drives, storage NICs, NVSwitches) sit on a root port of their socket's root bus
+# (00 or 80).
 BRIDGE = {"vendor": "1000", "device": "c030", "class": "060400",
           "name": "PCI bridge: Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0)"}
 # a CPU root port; the device ID is a placeholder (no capture of one here)
