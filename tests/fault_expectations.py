@@ -41,7 +41,8 @@ HOST_FAULT_EXPECTATIONS = {
 # --- fabric and PCIe faults (rackready/lab/hwsim/faults_fabric.py) ---------------
 # the checks that read them: AER totals, transceivers, GPU idle peers, and the GPUDirect
 # rail bandwidth (hwsim's ib_write_bw answers at once, so it stays a hardware read here)
-HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw")
+HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw",
+                    "pcie.path")
 
 
 def _fabric_names(comp: dict[str, Any]) -> list[str]:
@@ -54,6 +55,10 @@ FABRIC_EXPECTATIONS = {
     # totals since boot (pcie.aer) and the rise during the run (health.delta)
     "aer-storm": lambda c: (("pcie.aer", "health.delta"), _fabric_names(c)),
     "link-flap": lambda c: (("health.delta",), [f"NIC {c['name']} port 1"]),
+    # the switch uplink: both its ends, and the GPU and the NIC behind it
+    "pcie-switch-uplink-degraded": lambda c: (
+        ("pcie.path",), [*c["hop"].split(" -> "), f"serial {c['serial']}", c["bus_id"],
+                         *([f"NIC {c['nic']}"] if c.get("nic") else [])]),
     "slow-rail": lambda c: (("rdma.gpudirect_bw",), [f"NIC {c['name']}"]),
     "transceiver-hot": lambda c: (("network.transceiver",),
                                   [f"NIC {c['name']} port 1", f"serial {c['cable_serial']}"]),
@@ -126,7 +131,7 @@ FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
             "thermal-throttle", "xid-13", "xid-119", "xid-61", "xid-54"),
     "nvlink-nvswitch": ("nvlink-down", "sxid"),
     "fabric-manager": ("fabric-manager-down", "fabric-manager-fatal", "fabric-manager-nonfatal"),
-    "pcie": ("aer-storm", "pcie-downtrained"),
+    "pcie": ("aer-storm", "pcie-downtrained", "pcie-switch-uplink-degraded"),
     "nic-rail": ("link-flap", "ib-port-down", "slow-rail", "transceiver-hot", "ecn-off",
                  "dscp-map-drift"),
     "storage": ("nvme-media-errors", "nvme-missing", "nvme-wear-out"),

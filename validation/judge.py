@@ -121,6 +121,10 @@ def _component(key: LabelKey) -> str:
         parts.append(f"hardware error at {labels['mce_at']}")
     if "numa" in labels:
         parts.append(f"NUMA node {labels['numa']}")
+    if "hop" in labels:  # one PCIe link of a device's path (pcie.path)
+        parts.append(f"PCIe link {labels['hop']}"
+                     + (f" ({labels['trained']})" if labels.get("trained") else "")
+                     + (f", behind it {labels['behind']}" if labels.get("behind") else ""))
     for name, what in (("netdev", "interface"), ("device", "drive"), ("bridge", "PCIe bridge"),
                        ("array", "md array"), ("token", "kernel parameter"),
                        ("module", "module"), ("priority", "priority"), ("dscp", "DSCP"),
@@ -197,6 +201,11 @@ _REMEDIATION: list[tuple[str, str]] = [
              "action (NVIDIA's XID catalog)"),
     (r"^gpu\.throttle\.|^gpu\.temperature$",
      "check cooling, fans, PSUs and BMC power capping for {c}"),
+    (r"^pcie\.path_", "{c}: reseat what carries that link (the riser or cable between the "
+                      "CPU and the PCIe switch for a switch uplink, else the card in its slot), "
+                      "check the root port's BIOS link speed and width settings and re-run; "
+                      "replace the riser, cable or switch board (vendor service) if it stays "
+                      "degraded: every device behind it is slowed"),
     (r"^gpu\.pcie_|pcie_replay", "reseat {c} and its riser/cable; check the slot's BIOS link "
                                  "settings; RMA if the link stays degraded"),
     (r"^nic\.pcie_|^nic\.(count|model)$", "reseat {c}; check it is the ordered ConnectX model "

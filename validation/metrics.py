@@ -58,6 +58,15 @@ _CORE: list[Metric] = [
     _m("nic.pcie_gen", "", "current PCIe link generation of the NIC", "higher"),
     _m("nic.pcie_width", "lanes", "current PCIe link width of the NIC", "higher"),
     _m("gpu.local_nics", "", "RDMA NICs on the GPU's NUMA node", "higher"),
+    # every link between a GPU or compute NIC and its root port (pcie.path): what it runs
+    # at as a fraction of the lower maximum of its two ends
+    _m("pcie.path_width", "", "PCIe link width on a GPU's or NIC's path (root port, switch "
+       "uplink, its own link) over the lower maximum width of the link's two ends", "higher"),
+    _m("pcie.path_speed", "", "PCIe link speed on a GPU's or NIC's path over the lower "
+       "maximum speed of the link's two ends", "higher"),
+    _m("pcie.path_emulated", "", "a device's PCIe path runs through a bridge that reports no "
+       "link (width 0, speed Unknown: a hypervisor's), or has no port above it", "equal",
+       judged=False),
     _m("pcie.acs_enabled", "", "ACS source validation on a bridge above a GPU/NIC", "equal"),
     # the launch map (validation/launch_map.py): GPU <-> NIC <-> NUMA <-> CPUs per local rank
     _m("launch.nic_path", "", "nvidia-smi topo -m path from a GPU to the compute NIC its rank "

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
 
 from validation import launch_map, launch_read
 from validation.checks.common import gpu_labels, m, rdma_devices, smi, topo_text
+from validation.checks.fabric_health import compute_nics
 from validation.checks.network import ibstat
 from validation.checks.registry import CheckSkipped, Context, check
 from validation.launch_map import cpulist
 from validation.model import Measurement
 from validation.probes.lspci import parse_lspci_vvv
 from validation.probes.nvidia_smi import GpuInfo, short_bus_id
+from validation.probes.pcie_path import Hop, read_path
 from validation.probes.system import PciDevice, read_pci_devices
 
 
@@ -62,6 +66,92 @@ def pcie_nic_link(ctx: Context) -> Iterator[Measurement]:
         lab = {"nic": d.address}
         yield m("nic.pcie_gen", d.gen, lab)
         yield m("nic.pcie_width", d.width, lab)
+
+
+@check("pcie.path", emits=("pcie.path_width", "pcie.path_speed", "pcie.path_emulated"),
+       # a VM slice's links are its hypervisor's: judged on the whole machine only
+       metric_needs={"pcie.path_width": ("bare-metal",), "pcie.path_speed": ("bare-metal",)},
+       needs=("gpu",), timeout_s=30,
+       title="every PCIe link from each GPU and compute NIC up to its root port (PCIe switch "
+             "uplinks too) at the speed and width both its ends support (sysfs)")
+def pcie_path(ctx: Context) -> Iterator[Measurement]:
+    if not ctx.path("/sys/bus/pci/devices").is_dir():
+        raise CheckSkipped("no /sys/bus/pci/devices: the PCIe tree cannot be read")
+    devices = [PathDevice(short_bus_id(g.bus_id), f"GPU {g.index} (serial "
+                          f"{g.serial or 'unknown'}, PCI {short_bus_id(g.bus_id)})",
+                          g.clock_events.get("idle") is True) for g in smi(ctx).gpus]
+    devices += [PathDevice(addr, f"NIC {ca} (PCI {addr})", False)
+                for ca, addr in compute_nics(ctx)]
+    # a VM slice (a GPU-subset scope drops bare-metal): its links are the hypervisor's, which
+    # may report any rate; the path is reported, its links are not measured, and the limits
+    # (which need bare-metal) are not applicable, as health.delta reads the profile for NVLink
+    whole = ctx.profile is None or "bare-metal" in ctx.profile.requires
+    yield from path_measurements(ctx.sysroot, devices, links=whole)
+
+
+class PathDevice(NamedTuple):
+    address: str
+    name: str  # in words, as a verdict names it
+    idle: bool  # a GPU NVML reports idle (clocks event reason GPU idle)
+
+
+def path_measurements(sysroot: Path, devices: list[PathDevice], links: bool = True
+                      ) -> Iterator[Measurement]:
+    """Each link once (a switch uplink serves a GPU and a NIC: one measurement naming both):
+    width and speed as a fraction of what the link must train to, the lower maximum of its
+    two ends (1.0: trained as it should).
+
+    Speed at idle: an NVIDIA GPU lowers its own link's speed when idle (pcie.gpu_link: Gen1
+    at rest), so the speed of the link directly above a GPU NVML reports idle, running
+    below its maximum, is not judged here (pcie.gpu_link judges it under load, else at its
+    maximum); its width is. Every other link, the switch uplinks shared by GPU and NIC
+    included, is judged on both: the GPU's power management changes its own link only,
+    and a switch or root port keeps the rate it trained to.
+
+    A link whose end reports no link (width 0, speed Unknown: a hypervisor's emulated
+    bridge) or a device with no port above it is emulated (pcie.path_emulated, a fact the
+    profile makes its limits not applicable by, where every device reads it); on a node
+    where other devices' paths read, such a link is a value that could not be read.
+    links=False (a VM slice): the facts alone."""
+    paths = {d.address: read_path(sysroot, d.address) for d in devices}
+    emulated = {a: p is not None and (not p.hops or not all(h.reported for h in p.hops))
+                for a, p in paths.items()}
+    virtual = all(emulated.values())
+    hops: dict[tuple[str, str], Hop] = {}
+    behind: dict[tuple[str, str], list[str]] = {}
+    idle_own: set[tuple[str, str]] = set()
+    for address, name, idle in devices:
+        path = paths[address]
+        if path is None:  # no symlink into /sys/devices: nothing to walk
+            if links:
+                yield m("pcie.path_width", None, {"hop": f"unread -> {address}",
+                                                  "behind": name})
+            continue
+        yield m("pcie.path_emulated", emulated[address], {"device": name})
+        if not links:
+            continue
+        if not path.hops and not virtual:
+            yield m("pcie.path_width", None, {"hop": f"none -> {address}", "behind": name,
+                                              "trained": "no port above it"})
+        for h in path.hops:
+            key = (h.up.address, h.down.address)
+            hops.setdefault(key, h)
+            behind.setdefault(key, []).append(name)
+            if idle and h.down.address == address:
+                idle_own.add(key)
+    for key, h in hops.items():
+        lab = {"hop": f"{key[0]} -> {key[1]}", "behind": " and ".join(behind[key])}
+        cur, want = h.current, h.expected
+        if cur is None or want is None:
+            if not virtual:  # an emulated end beside physical paths: a person looks
+                yield m("pcie.path_width", None, {**lab, "trained": "an end reports no link"})
+            continue
+        lab["trained"] = (f"x{cur[1]} at {cur[0]:g} GT/s, both ends support x{want[1]} at "
+                          f"{want[0]:g} GT/s")
+        yield m("pcie.path_width", round(cur[1] / want[1], 3), lab)
+        if key in idle_own and cur[0] < want[0]:
+            continue  # an idle GPU's own link, downtrained by its power management
+        yield m("pcie.path_speed", round(cur[0] / want[0], 3), lab)
 
 
 @check("pcie.numa", emits=("gpu.local_nics",),

@@ -1,5 +1,5 @@
-"""Fabric and PCIe faults: aer-storm, link-flap, slow-rail, transceiver-hot, and RoCE QoS
-drift: ecn-off, dscp-map-drift.
+"""Fabric and PCIe faults: aer-storm, link-flap, slow-rail, transceiver-hot,
+pcie-switch-uplink-degraded, and RoCE QoS drift: ecn-off, dscp-map-drift.
 
 The QoS faults change a NIC's run-time settings (nic_config, which heal otherwise keeps as
 the node's own): their records carry `undo` ({"path": [...], "value": before}), which
@@ -100,6 +100,31 @@ def _transceiver_hot(state: dict[str, Any], target: str | None) -> dict[str, Any
                            f"{mod['serial']} at {HOT_C} C"}
 
 
+# the uplink of a GPU's PCIe switch (root port <-> switch upstream port) trained down: a
+# lane group lost and the rate fallen back a generation (both ends read it: one link)
+UPLINK_DEGRADED = {"gen_cur": 4, "width_cur": 8}
+
+
+def _pcie_switch_uplink_degraded(state: dict[str, Any], target: str | None
+                                 ) -> dict[str, Any]:
+    # target: a GPU (index, serial, UUID, bus id); GPU 0. Its switch carries its NIC too.
+    from .cli.pci import pci_devices
+
+    g = _core()._gpu(state, target)
+    g["pcie"]["switch_uplink"] = dict(UPLINK_DEGRADED)
+    chain = next(d["chain"] for d in pci_devices(state) if d["bdf"] == g["bdf"])
+    nic = next((d for d in pci_devices(state) if d["kind"] == "nic"
+                and d["chain"][:2] == chain[:2]), None)
+    name = next((n["name"] for n in state["nics"] if nic and n["bdf"] == nic["bdf"]), None)
+    hop = f"{chain[0]} -> {chain[1]}"
+    return {"component": {**_core()._gpu_component(g), "hop": hop, "nic": name,
+                          "nic_bus_id": nic["bdf"] if nic else None},
+            "description": f"GPU {g['index']} serial {g['serial']}: its PCIe switch's uplink "
+                           f"{hop} trained at Gen{UPLINK_DEGRADED['gen_cur']} "
+                           f"x{UPLINK_DEGRADED['width_cur']} (capable Gen5 x16)"
+                           + (f", slowing NIC {name} behind it too" if name else "")}
+
+
 ROCE_DSCP = 26  # rdma_network_roce_dscp's default: the DSCP the lab's role maps
 DRIFT_PRIO = 0  # where dscp-map-drift sends it: the best-effort priority, no PFC
 
@@ -150,6 +175,7 @@ FABRIC_FAULTS: dict[str, FaultFn] = {
     "link-flap": _link_flap,
     "slow-rail": _slow_rail,
     "transceiver-hot": _transceiver_hot,
+    "pcie-switch-uplink-degraded": _pcie_switch_uplink_degraded,
     "ecn-off": _ecn_off,
     "dscp-map-drift": _dscp_map_drift,
 }

@@ -23,7 +23,7 @@ def verbose(d: dict[str, Any], modules: list[str]) -> list[str]:
     lnk_speed = _gts(d["gen_cur"]) + (" (downgraded)" if d["gen_cur"] < d["gen_max"] else "")
     lnk_width = f"x{d['width_cur']}" + (" (downgraded)" if d["width_cur"] < d["width_max"]
                                         else "")
-    port = "Downstream Port" if d["kind"] == "bridge" else "Endpoint"
+    port = d.get("port", "Endpoint")
     lines = [f"\tSubsystem: Device {d['vendor']}:{d['device']}",
              "\tControl: I/O- Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr+ Stepping- "
              "SERR+ FastB2B- DisINTx+",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from . import fm_log
 from .common import SPEED_OF_GEN, present, read_capture
 from .host_render import keep, kern_lines, render_host, tracking, write_bytes
 from .host_render import write_file as _write
-from .pci import pci_devices
+from .pci import pci_devices, sysfs_dir
 
 # name -> (size, users); sizes as a 6.1 kernel reports them, to look plausible.
 MODULE_SIZES = {
@@ -120,24 +121,30 @@ def _infiniband(state: dict[str, Any], root: Path) -> None:
     the PCI function (whose net/ holds the netdev) and ports/1/counters the error counters."""
     if "mlx5_ib" not in state.get("modules", []):
         return
+    dirs = {d["bdf"]: root / sysfs_dir(d) for d in pci_devices(state)}
     for nic in present(state.get("nics", [])):
         base = root / "sys/class/infiniband" / nic["name"]
-        pci = root / "sys/bus/pci/devices" / nic["bdf"]
+        pci = dirs[nic["bdf"]]
         if nic.get("netdev"):
             (pci / "net" / nic["netdev"]).mkdir(parents=True, exist_ok=True)
             keep(pci / "net" / nic["netdev"])
-        base.mkdir(parents=True, exist_ok=True)
-        link = base / "device"
-        target = Path("../../../bus/pci/devices") / nic["bdf"]
-        keep(link)
-        if link.is_symlink() and Path(os.readlink(link)) == target:
-            pass  # re-rendered over an earlier tree: the link is already right
-        else:
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(target)
+        _symlink(base / "device", Path("../../../bus/pci/devices") / nic["bdf"])
         for name, value in nic.get("counters", {}).items():
             _write(base / "ports/1/counters" / name, f"{value}\n")
+
+
+def _symlink(link: Path, target: Path) -> None:
+    """A symlink, kept where it already points there; whatever else holds its name goes
+    (a tree rendered before sysfs links existed had a directory there)."""
+    keep(link)
+    if link.is_symlink() and Path(os.readlink(link)) == target:
+        return  # re-rendered over an earlier tree: the link is already right
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
 
 
 # mlx5's per-priority ECN switches (MLNX_OFED/DOCA sysfs): both ends of DCQCN, one file
@@ -314,7 +321,11 @@ def _render(state: dict[str, Any], root: Path, seen: dict[Path, str] | None) -> 
                    f"Model: \t\t NVIDIA NVSwitch\nDevice Minor: \t {n}\nBus Location: \t "
                    f"{s['bdf']}\nUUID: \t\t {s['uuid']}\nFirmware: \t {s['fw']}\n")
     for dev in pci_devices(state):
-        base = root / "sys/bus/pci/devices" / dev["bdf"]
+        # the function's directory nests under its bridges, as the kernel lays sysfs out;
+        # /sys/bus/pci/devices/<bdf> links to it (pcie.path walks that link's target)
+        base = root / sysfs_dir(dev)
+        _symlink(root / "sys/bus/pci/devices" / dev["bdf"],
+                 Path("../../..") / sysfs_dir(dev).removeprefix("sys/"))
         files = {"vendor": f"0x{dev['vendor']}", "device": f"0x{dev['device']}",
                  "class": f"0x{dev['class']}", "numa_node": str(dev["numa"]),
                  "current_link_speed": SPEED_OF_GEN[dev["gen_cur"]],
