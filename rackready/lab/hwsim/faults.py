@@ -170,6 +170,10 @@ FAULTS.update(HOST_FAULTS)
 from .faults_fabric import FABRIC_FAULTS  # noqa: E402
 
 FAULTS.update(FABRIC_FAULTS)
+# DCGM's own view: its discovery list and health watches
+from .faults_dcgm import DCGM_FAULTS  # noqa: E402
+
+FAULTS.update(DCGM_FAULTS)
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 
 
