@@ -55,16 +55,27 @@ def discovery(ctx: Context) -> Discovery:
 
 @check("dcgm.discovery", emits=("dcgm.gpu_count", "dcgm.nvswitch_count", "dcgm.gpu_seen"),
        needs=("gpu", "dcgm"), timeout_s=60,
+       metric_needs={"dcgm.nvswitch_count": ("nvswitch",)},
        title="DCGM sees every GPU and NVSwitch the driver lists (dcgmi discovery -l)")
 def dcgm_discovery(ctx: Context) -> Iterator[Measurement]:
     found = discovery(ctx)
     yield m("dcgm.gpu_count", len(found.gpus), artifact=f"artifacts/{DISCOVERY}")
-    yield m("dcgm.nvswitch_count", len(found.nvswitches), artifact=f"artifacts/{DISCOVERY}")
+    if _switches_judged(ctx):
+        yield m("dcgm.nvswitch_count", len(found.nvswitches),
+                artifact=f"artifacts/{DISCOVERY}")
     # a GPU the driver lists and DCGM does not is named by its bus id (and serial)
     seen = {g.bus_id for g in found.gpus if g.bus_id and g.status == "OK"}
     for g in smi(ctx).gpus:
         lab = gpu_labels(g)
         yield m("dcgm.gpu_seen", lab["bus_id"] in seen, lab, f"artifacts/{DISCOVERY}")
+
+
+def _switches_judged(ctx: Context) -> bool:
+    """NVSwitches are counted where the profile requires them, or expects none (a chassis
+    without); a scope without them (a VM slice, --without nvswitch) leaves them unjudged."""
+    p = ctx.profile
+    return (p is None or "nvswitch" in p.requires
+            or not (p.inventory.get("nvswitch") or {}).get("count"))
 
 
 HEALTH_GROUP = "rackready-health"

@@ -214,14 +214,15 @@ def test_hwsim_cuts_messages_as_dcgmi_does() -> None:
 # --- the checks against hwsim -------------------------------------------------------
 
 def _run(tmp: Path, only: str, state: dict[str, Any] | None = None,
-         platform: str = "xe9680-h200", profile: str = "xe9680-h200-lab"
-         ) -> tuple[Any, dict[str, Any]]:
+         platform: str = "xe9680-h200", profile: str = "xe9680-h200-lab",
+         extra: tuple[str, ...] = ()) -> tuple[Any, dict[str, Any]]:
     st = state or build_state(platform, "gpu01", "roce", provisioned=True)
     node = make_node(tmp, platform, "gpu01", "roce", st)
     site = {**provisioned({}, Path("roles")), "nccl_nvls_enable": False, "fabric": "roce",
             "node": st["node"], "rdma_devices": [n["bdf"] for n in st["nics"]],
             "workloads": {"device": "cpu"}}
-    return run_suite(node, tmp / "out", profile, site, "--only", only, timeout_s=120)
+    return run_suite(node, tmp / "out", profile, site, "--only", only, *extra,
+                     timeout_s=120)
 
 
 def _verdicts(result: dict[str, Any], metric: str) -> list[dict[str, Any]]:
@@ -295,3 +296,19 @@ def test_dl380a_without_nvswitches_passes(tmp_path: Path) -> None:
     (sw,) = _verdicts(result, "dcgm.nvswitch_count") or [{"value": 0}]
     assert sw["value"] == 0
     assert not (tmp_path / "out/artifacts/dcgmi-health-c-nvswitch.json").exists()
+
+
+def test_a_scope_without_nvswitch_leaves_the_switch_count_unjudged(tmp_path: Path) -> None:
+    """A VM slice of an HGX board (`--gpus 2 --without nvswitch`) sees no NVSwitch: the
+    profile's 4 is not judged (not applicable), the 2 GPUs are."""
+    st = build_state("xe9680-h200", "gpu01", "roce", provisioned=True)
+    st["nvswitches"] = []
+    for g in st["gpus"][2:]:
+        g["present"] = False
+    proc, result = _run(tmp_path, "dcgm.discovery", st,
+                        extra=("--gpus", "2", "--without", "nvswitch,fabric-manager,nvlink"))
+    assert result, proc.stderr[-2000:]
+    (sw,) = _verdicts(result, "dcgm.nvswitch_count")
+    assert sw["outcome"] == "not_applicable", sw
+    (gpus,) = _verdicts(result, "dcgm.gpu_count")
+    assert (gpus["value"], gpus["outcome"]) == (2, "pass")
