@@ -43,6 +43,8 @@ HOST_FAULT_EXPECTATIONS = {
 # rail bandwidth (hwsim's ib_write_bw answers at once, so it stays a hardware read here)
 HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw",
                     "pcie.path")
+# DCGM's view (quick level): what its host engine lists and its health watches
+HARDWARE_CHECKS += ("dcgm.discovery", "dcgm.health")
 
 
 def _fabric_names(comp: dict[str, Any]) -> list[str]:
@@ -71,6 +73,17 @@ FABRIC_EXPECTATIONS = {
 }
 
 
+# --- DCGM faults (rackready/lab/hwsim/faults_dcgm.py) ------------------------------
+DCGM_EXPECTATIONS = {
+    # the incident: the GPU (serial, bus id) and the health watch system that reported it
+    "dcgm-health-fail": lambda c: (("dcgm.health",), [f"serial {c['serial']}", c["bus_id"],
+                                                      "dcgm.health_failures", c["system"]]),
+    # the GPU the driver lists and DCGM does not, by its bus id and serial
+    "dcgm-gpu-unseen": lambda c: (("dcgm.discovery",), [f"serial {c['serial']}", c["bus_id"],
+                                                        "dcgm.gpu_seen"]),
+}
+
+
 def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
                      ) -> tuple[tuple[str, ...], list[str]]:
     """(checks expected to fail, strings that name the faulted part) for one fault record.
@@ -79,6 +92,8 @@ def expected_failure(kind: str, comp: dict[str, Any], raid: bool = True
         return HOST_FAULT_EXPECTATIONS[kind](comp)
     if kind in FABRIC_EXPECTATIONS:
         return FABRIC_EXPECTATIONS[kind](comp)
+    if kind in DCGM_EXPECTATIONS:
+        return DCGM_EXPECTATIONS[kind](comp)
     if comp["type"] == "gpu":
         gpu = [f"serial {comp['serial']}", comp["bus_id"]]
         return {
@@ -128,7 +143,8 @@ def naming_failures(verdicts: list[dict[str, Any]], kind: str, comp: dict[str, A
 # a drive's SMART log read over SSH.
 FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "gpu": ("xid-79", "gpu-missing", "ecc-uncorrectable", "row-remap-pending",
-            "thermal-throttle", "xid-13", "xid-119", "xid-61", "xid-54"),
+            "thermal-throttle", "xid-13", "xid-119", "xid-61", "xid-54", "dcgm-health-fail",
+            "dcgm-gpu-unseen"),
     "nvlink-nvswitch": ("nvlink-down", "sxid"),
     "fabric-manager": ("fabric-manager-down", "fabric-manager-fatal", "fabric-manager-nonfatal"),
     "pcie": ("aer-storm", "pcie-downtrained", "pcie-switch-uplink-degraded"),

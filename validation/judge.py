@@ -133,7 +133,8 @@ def _component(key: LabelKey) -> str:
                        ("psu", "power supply"), ("fan", "fan"), ("sensor", "sensor"),
                        ("bios", "BIOS setting"),
                        ("log", "BMC log"), ("entry", "entry"),
-                       ("cable", "cable"), ("node", "node")):
+                       ("cable", "cable"), ("node", "node"),
+                       ("health_incident", "DCGM health incident")):
         if name in labels and not (name == "node" and "gpu" in labels):
             parts.append(f"{what} {labels[name]}")
     return ", ".join(parts) or "node"
@@ -145,6 +146,13 @@ _REMEDIATION: list[tuple[str, str]] = [
      "look up the SXid in the Fabric Manager user guide; reset the baseboard (power-cycle "
      "the node) and re-run; if it recurs, replace the HGX baseboard holding {c} (vendor "
      "service)"),
+    (r"^dcgm\.health_", "DCGM's health watches report an incident on {c}: PCIe, memory, "
+                       "NVLink or InfoROM: reseat the part and re-run, RMA by serial if it "
+                       "recurs; thermal or power: check cooling, fans and PSUs"),
+    (r"^dcgm\.(gpu_seen|gpu_count|nvswitch_count)$",
+     "DCGM's host engine does not see what the driver lists ({c}): restart nvidia-dcgm and "
+     "read nv-hostengine.log (a GPU excluded or detached, the NvSwitch module denylisted); "
+     "if it stays unseen, reset the GPU (reboot the node) and re-run"),
     (r"^nvme\.(critical_warning|media_errors|percentage_used)$",
      "replace {c}: the drive reports failing media, a critical warning or worn-out endurance"),
     (r"^nvme\.temperature$", "check airflow and the drive bay fans for {c}"),

@@ -131,6 +131,15 @@ _CORE: list[Metric] = [
     # field tools
     _m("dcgm.diag_result", "", "DCGM diagnostic plugin result on a GPU (Pass/Fail/Skip/Warn)",
        "equal"),
+    _m("dcgm.gpu_count", "", "GPUs DCGM's host engine lists (dcgmi discovery -l)", "equal"),
+    _m("dcgm.nvswitch_count", "", "NVSwitches DCGM's host engine lists (dcgmi discovery -l)",
+       "equal"),
+    _m("dcgm.gpu_seen", "", "a GPU the driver lists is in DCGM's discovery list (by bus id)",
+       "equal"),
+    _m("dcgm.health_failures", "", "DCGM health watch systems in Failure on a GPU or NVSwitch "
+       "(dcgmi health -c)", "lower"),
+    _m("dcgm.health_warnings", "", "DCGM health watch systems in Warning on a GPU or NVSwitch "
+       "(dcgmi health -c)", "lower"),
     _m("rdma.gpudirect_bw_gbps", "Gb/s",
        "GPUDirect RDMA write bandwidth through a ConnectX port (perftest ib_write_bw)", "higher"),
     # storage

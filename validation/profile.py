@@ -243,6 +243,11 @@ def inventory_thresholds(inv: dict[str, Any], prov: str) -> list[Threshold]:
     if pcie:
         out.append(_t("gpu.pcie_gen", ">=", pcie["gen"], src))
         out.append(_t("gpu.pcie_width", ">=", pcie["width"], src))
+    if "count" in gpu:  # what DCGM's host engine lists (the check runs where DCGM is required)
+        out.append(_t("dcgm.gpu_count", "==", gpu["count"], src))
+        # a chassis without NVSwitch expects DCGM to list none
+        out.append(_t("dcgm.nvswitch_count", "==", int((inv.get("nvswitch") or {})
+                                                        .get("count", 0)), src))
     if gpu:
         out += [
             _t("gpu.uniform", "==", True, src),
@@ -804,7 +809,7 @@ def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = 
         inv = {**inv, "gpu": {**inv["gpu"], "count": gpus}}
         pairs = {f"{a}-{b}" for a, b in itertools.combinations(range(gpus), 2)}
         thresholds = [
-            replace(t, value=gpus) if t.metric == "gpu.count"
+            replace(t, value=gpus) if t.metric in ("gpu.count", "dcgm.gpu_count")
             else t for t in thresholds
             if t.metric != "nvlink.pair_links" or (t.labels or {}).get("pair") in pairs
         ]

@@ -174,6 +174,10 @@ FAULTS.update(FABRIC_FAULTS)
 from .faults_xid import XID_FAULTS  # noqa: E402
 
 FAULTS.update(XID_FAULTS)
+# DCGM's own view: its discovery list and health watches
+from .faults_dcgm import DCGM_FAULTS  # noqa: E402
+
+FAULTS.update(DCGM_FAULTS)
 FAULT_KINDS: tuple[str, ...] = tuple(FAULTS)
 
 
