@@ -9,7 +9,7 @@ dimm_label, `ch<i>` where none is set). With `-v` every counter is printed, zero
 stdout, `edac-util: Error: No memory controller data found.` on stderr (exit 0).
 
 A controller whose driver registers only the DIMM layer (no csrowN: skx/i10nm on some kernels,
-edac-utils issue 15) shows its noinfo lines alone: edac-util then cannot see the per-DIMM
+grondo/edac-utils issue 15) shows its noinfo lines alone: edac-util then cannot see the per-DIMM
 counts, so its zeros never lower what sysfs reads (the check takes the larger per DIMM).
 """
 

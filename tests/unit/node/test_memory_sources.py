@@ -157,9 +157,9 @@ def test_rasdaemon_memory_controller_events_of_a_real_server():
 
 def test_rasdaemon_mce_records_amd_and_intel():
     """NixOS/infra pull 523 (AMD, 0.8.x: every section stated empty, 3 corrected UMC records),
-    rasdaemon issue 121 (0.8.0, a `..` timestamp, Error_overflow), andikleen/mcelog issue 116
+    mchehab/rasdaemon issue 121 (0.8.0, a `..` timestamp, Error_overflow), andikleen/mcelog issue 116
     (an Intel i10nm record the reporter's terminal wrapped over 8 lines; the sections the
-    issue elided before it are stated empty here) and rasdaemon issue 155 (0.6.8, Debian 12:
+    issue elided before it are stated empty here) and mchehab/rasdaemon issue 155 (0.6.8, Debian 12:
     no ARM/devlink/disk sections, all empty). `cpu=`/`bank=` are left out when 0."""
     nix = parse_ras_mc_errors(_field("rasdaemon", "nixos-haumea-amd-mce-errors.txt"))
     assert [(m.cpu, m.bank, m.uncorrected) for m in nix.mce] == [(0, 17, False)] * 3
