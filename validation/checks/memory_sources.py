@@ -12,6 +12,7 @@ reboot): its records span boots, and an error it recorded is an error.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field
 
@@ -19,6 +20,8 @@ from validation.checks.registry import CommandFailed, Context
 from validation.probes.edac_util import NO_MC, parse_edac_util
 from validation.probes.host_memory import EdacMc
 from validation.probes.rasdaemon import RasErrors, no_database, parse_ras_mc_errors
+
+_FALLBACK = re.compile(r"^ch\d+$")  # edac-util's name for a channel with no label
 
 
 def run_optional(ctx: Context, cmd: list[str], artifact: str,
@@ -107,12 +110,15 @@ def from_edac_util(ctx: Context, ev: MemoryEvidence) -> None:
                             f"{err[-1] if err else 'no output'}")
     for c in parse_edac_util(proc.stdout):
         if not c.csrow:
-            ev.add(f"{c.mc} unknown", "unknown", c.mc, "edac-util",
-                   0 if c.uncorrected else c.count, c.count if c.uncorrected else 0)
-        elif c.uncorrected:
-            ev.add_group(c.labels, f"{c.mc}/{c.csrow}", "edac-util", 0, c.count)
-        else:
-            ev.add_group(c.labels, f"{c.mc}/{c.csrow}", "edac-util", c.count, 0)
+            if c.count:  # as sysfs: errors no DIMM owns, listed where there are some
+                ev.add(f"{c.mc} unknown", "unknown", c.mc, "edac-util",
+                       0 if c.uncorrected else c.count, c.count if c.uncorrected else 0)
+            continue
+        # a channel without a dimm_label prints as "ch<i>": sysfs's key for it is
+        # "mcN csrowM/ch<i>" (read_edac), and "ch0" alone would merge every csrow's ch0
+        labels = tuple(f"{c.mc} {c.csrow}/{x}" if _FALLBACK.match(x) else x for x in c.labels)
+        ce, ue = (0, c.count) if c.uncorrected else (c.count, 0)
+        ev.add_group(labels, f"{c.mc}/{c.csrow}", "edac-util", ce, ue)
     ev.read.append("edac-util")
 
 

@@ -404,3 +404,22 @@ def test_hwsim_stand_ins_read_back_through_the_parsers():
     st = apply_fault(st, "ras-logged-errors", "PROC 2 DIMM 7")
     assert [(e.labels, e.count, e.uncorrected) for e in parse_ras_mc_errors(
         ras_mc_ctl.errors(st)).mc] == [(("PROC 2 DIMM 7",), 2, True)]
+
+
+def test_edac_util_unlabelled_channels_meet_their_sysfs_csrow_not_each_other(tmp_path,
+                                                                             monkeypatch):
+    """The F10h capture names channels `ch0`/`ch1` (no dimm_label): each is its controller's
+    csrow channel, the one sysfs's csrow layout reads, so mc1 csrow6 ch0's 7 corrected
+    errors count once and no csrow's `ch0` merges with another's."""
+    ctx = make_ctx(tmp_path)
+    cs = ctx.path("/sys/devices/system/edac/mc/mc1/csrow6")
+    cs.mkdir(parents=True)
+    for name, value in (("ch0_ce_count", 7), ("ch1_ce_count", 0), ("ue_count", 0),
+                        ("ch0_dimm_label", ""), ("ch1_dimm_label", "")):
+        (cs / name).write_text(f"{value}\n")
+    _tools(tmp_path, monkeypatch, edac_util=(0, _field("edac-util", "amd-f10h-two-mcs-v.txt"), ""))
+    res = run("host.memory_errors", ctx)
+    ce = [(dict(mm.labels)["dimm"], mm.value, dict(mm.labels)["source"])
+          for mm in res.measurements if mm.name == "host.edac_corrected" and mm.value]
+    assert ce == [("mc1 csrow6/ch0", 7, "edac-util+sysfs")]
+    assert len([mm for mm in res.measurements if mm.name == "host.edac_corrected"]) == 32
