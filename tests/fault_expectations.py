@@ -35,6 +35,12 @@ HOST_FAULT_EXPECTATIONS = {
                                                  "host.dimm_count = 31"]),
     "edac-uncorrectable": lambda c: (("host.memory_errors",),
                                      [f"DIMM slot {c['locator']}", "host.edac_uncorrected"]),
+    # sysfs counters read 0 after a reboot; rasdaemon's database still holds the errors
+    "ras-logged-errors": lambda c: (("host.memory_errors",),
+                                    [f"DIMM slot {c['locator']}", "host.edac_uncorrected = 2"]),
+    # no SMBIOS table copy: dmidecode's text names the empty slot
+    "dimm-missing-text": lambda c: (("host.dimms",), [f"empty DIMM slots {c['locator']}",
+                                                      "host.dimm_count = 31"]),
 }
 
 
@@ -151,7 +157,8 @@ FAULT_FAMILIES: dict[str, tuple[str, ...]] = {
     "nic-rail": ("link-flap", "ib-port-down", "slow-rail", "transceiver-hot", "ecn-off",
                  "dscp-map-drift"),
     "storage": ("nvme-media-errors", "nvme-missing", "nvme-wear-out"),
-    "host-memory": ("edac-uncorrectable", "dimm-missing"),
+    "host-memory": ("edac-uncorrectable", "dimm-missing", "ras-logged-errors",
+                    "dimm-missing-text"),
 }
 # the kind each family runs over SSH
 LAB_FAULT_KINDS: tuple[str, ...] = tuple(kinds[0] for kinds in FAULT_FAMILIES.values())

@@ -203,6 +203,8 @@ _CORE: list[Metric] = [
     _m("host.dimm_speed_mts", "MT/s", "speed the memory controller runs a DIMM at (configured)",
        "higher"),
     _m("host.dimm_part", "", "DIMM part number", "equal", judged=False),
+    _m("host.dimm_source", "", "where the DIMMs were read: smbios-table (the kernel's copy) "
+       "or dmidecode (its text, where the table cannot be read)", "equal", judged=False),
     _m("host.edac_controllers", "", "EDAC memory controllers the kernel registered", "equal",
        judged=False),
     _m("host.edac_uncorrected", "", "uncorrected memory errors (EDAC) since boot, per DIMM",
@@ -212,6 +214,9 @@ _CORE: list[Metric] = [
        "in the kernel log since boot", "lower"),
     _m("host.mce_corrected", "", "corrected machine-check events in the kernel log since boot",
        "lower", judged=False),
+    _m("host.memory_error_sources", "", "the memory error sources read (sysfs-edac, "
+       "edac-util, rasdaemon, kernel-log); label not_read says which were not and why",
+       "equal", judged=False),
     _m("host.membw_triad", "GB/s", "host memory bandwidth of one NUMA node, STREAM triad "
        "convention (3 x 8 B per element, 1e9 B/s)", "higher"),
     # fabric/PCIe health, GPU idle peers

@@ -37,6 +37,9 @@ TOOLS = {
     "lspci": "lspci",
     "ib_write_bw": "ib_write_bw",
     "mlxlink": "mlxlink",
+    "ras-mc-ctl": "ras_mc_ctl",
+    "edac-util": "edac_util",
+    "dmidecode": "dmidecode",
 }
 
 # Stands in for the lab's real systemd (lab nodes are systemd-nspawn machines

@@ -7,9 +7,17 @@ from collections.abc import Iterator
 
 from validation.checks.common import m
 from validation.checks.gpu_health import kernel_log
-from validation.checks.registry import CheckSkipped, Context, check
+from validation.checks.memory_sources import (
+    MemoryEvidence,
+    from_edac_util,
+    from_rasdaemon,
+    from_sysfs,
+    run_optional,
+)
+from validation.checks.registry import CheckSkipped, CommandFailed, Context, check
 from validation.model import Measurement
-from validation.probes.host_memory import parse_hw_errors, parse_smbios_memory, read_edac
+from validation.probes.dmidecode import NO_SMBIOS, parse_dmidecode_memory
+from validation.probes.host_memory import Dimm, parse_hw_errors, parse_smbios_memory, read_edac
 
 SMBIOS_TABLE = "/sys/firmware/dmi/tables/DMI"
 EDAC_MC = "/sys/devices/system/edac/mc"
@@ -17,16 +25,14 @@ EDAC_MC = "/sys/devices/system/edac/mc"
 
 @check("host.dimms",
        emits=("host.dimm_count", "host.memory_total_gib", "host.dimm_size_gib",
-              "host.dimm_speed_mts", "host.dimm_part"),
+              "host.dimm_speed_mts", "host.dimm_part", "host.dimm_source"),
        needs=("bare-metal",), timeout_s=30,
        title="DIMMs: count, size and speed against the profile")
 def host_dimms(ctx: Context) -> Iterator[Measurement]:
-    path = ctx.path(SMBIOS_TABLE)
-    if not path.is_file():
-        raise CheckSkipped(f"{path} missing (no SMBIOS table: not root, or no DMI)")
-    slots = parse_smbios_memory(path.read_bytes())
+    slots, source = read_dimms(ctx)
     if not slots:
-        raise CheckSkipped("the SMBIOS table has no memory device (type 17)")
+        raise CheckSkipped(f"the SMBIOS table has no memory device (type 17; read from {source})")
+    yield m("host.dimm_source", source)
     fitted = [d for d in slots if d.populated]
     empty = [d.locator for d in slots if d.size_mib == 0]
     yield m("host.dimm_count", len(fitted), {"empty_slots": ",".join(empty) or "none"})
@@ -41,9 +47,31 @@ def host_dimms(ctx: Context) -> Iterator[Measurement]:
         yield m("host.dimm_part", d.part or "unknown", lab)
 
 
+def read_dimms(ctx: Context) -> tuple[list[Dimm], str]:
+    """The memory devices and where they were read: the kernel's copy of the SMBIOS table,
+    else (no table: an old kernel, no permission) `dmidecode -t memory`, which decodes the
+    same structures into the same records."""
+    path = ctx.path(SMBIOS_TABLE)
+    try:
+        return parse_smbios_memory(path.read_bytes()), "smbios-table"
+    except (FileNotFoundError, PermissionError) as exc:
+        why = "missing" if isinstance(exc, FileNotFoundError) else "not readable"
+    proc = run_optional(ctx, ["dmidecode", "-t", "memory"], "dmidecode-t-memory.txt")
+    if proc is None:
+        raise CheckSkipped(f"{path} {why} (no SMBIOS table: not root, or no DMI) and "
+                           "dmidecode not installed")
+    if proc.returncode != 0 or NO_SMBIOS.search(proc.stdout):
+        if NO_SMBIOS.search(proc.stdout + proc.stderr):
+            raise CheckSkipped(f"{path} {why} and dmidecode finds no SMBIOS table")
+        err = (proc.stderr or proc.stdout).strip().splitlines()
+        raise CommandFailed(f"dmidecode -t memory exited {proc.returncode}: "
+                            f"{err[-1] if err else 'no output'} ({path} {why})")
+    return parse_dmidecode_memory(proc.stdout), "dmidecode"
+
+
 @check("host.memory_errors",
        emits=("host.edac_controllers", "host.edac_uncorrected", "host.edac_corrected",
-              "host.mce_uncorrected", "host.mce_corrected"),
+              "host.mce_uncorrected", "host.mce_corrected", "host.memory_error_sources"),
        # EDAC is the host's memory controllers: a VM slice's guest has none
        metric_needs={"host.edac_uncorrected": ("bare-metal",),
                      "host.edac_corrected": ("bare-metal",)},
@@ -53,25 +81,34 @@ def host_memory_errors(ctx: Context) -> Iterator[Measurement]:
     mcs = read_edac(ctx.path(EDAC_MC))
     # informational: firmware-first platforms may run without an OS EDAC driver
     yield m("host.edac_controllers", len(mcs))
-    for mc in mcs:
-        for d in mc.dimms:
-            lab = {"dimm": d.label or f"{mc.name} {d.name}", "edac": f"{mc.name}/{d.name}"}
-            yield m("host.edac_uncorrected", d.ue, lab)
-            yield m("host.edac_corrected", d.ce, lab)
-        if mc.ue_noinfo or mc.ce_noinfo:  # errors the driver could not pin on a DIMM
-            lab = {"dimm": "unknown", "edac": mc.name}
-            yield m("host.edac_uncorrected", mc.ue_noinfo, lab)
-            yield m("host.edac_corrected", mc.ce_noinfo, lab)
+    ev = MemoryEvidence()
+    from_sysfs(ev, mcs)
+    from_edac_util(ctx, ev)
+    from_rasdaemon(ctx, ev)
+    for d in ev.resolve():  # the larger count of the sources per DIMM (memory_sources.py)
+        lab = {"dimm": d.dimm, "edac": d.where, "source": "+".join(sorted(d.sources))}
+        yield m("host.edac_uncorrected", d.ue, lab)
+        yield m("host.edac_corrected", d.ce, lab)
     counts: dict[tuple[str, str, bool], int] = defaultdict(int)
     for e in parse_hw_errors(kernel_log(ctx)):
         where = e.dimm or (f"CPU {e.cpu} bank {e.bank}" if e.cpu else "unknown")
         counts[(e.source, where, bool(e.uncorrected))] += e.count
-    uc = {k: v for k, v in counts.items() if k[2]}
-    for (source, where, _), n in sorted(uc.items()):
+    ev.read.append("kernel-log")
+    uc = {(s, w): n for (s, w, u), n in counts.items() if u}
+    # rasdaemon's machine-check records span boots; this boot's are also in the kernel log:
+    # the larger count per CPU and bank
+    for where, n in ev.mce_uc.items():
+        key = ("mce", where) if ("mce", where) in uc else ("rasdaemon", where)
+        uc[key] = max(uc.get(key, 0), n)
+    for where, n in ev.extlog_uc.items():
+        uc[("rasdaemon-extlog", where)] = n
+    for (source, where), n in sorted(uc.items()):
         yield m("host.mce_uncorrected", n, {"source": source, "mce_at": where})
     if not uc:
         yield m("host.mce_uncorrected", 0)
-    yield m("host.mce_corrected", sum(v for k, v in counts.items() if not k[2]))
+    yield m("host.mce_corrected", max(sum(v for k, v in counts.items() if not k[2]), ev.mce_ce))
+    yield m("host.memory_error_sources", ",".join(ev.read),
+            {"not_read": "; ".join(ev.not_read) or "none"})
 
 
 @check("host.membw", emits=("host.membw_triad",),

@@ -58,6 +58,13 @@ class Dimm:
         return bool(self.size_mib)
 
 
+def clean_string(s: str) -> str:
+    """An SMBIOS string as both readers give it: trimmed; "Not Specified" (what dmidecode
+    prints for string number 0, and what some BIOSes store) is no string."""
+    s = s.strip()
+    return "" if s == "Not Specified" else s
+
+
 def _strings(buf: bytes, start: int) -> tuple[list[str], int]:
     """The string set after a structure's formatted area; (strings, offset after it)."""
     end = buf.find(b"\x00\x00", start)
@@ -97,7 +104,7 @@ def _dimm(s: bytes, strings: list[str]) -> Dimm:
 
     def string(o: int) -> str:
         n = s[o] if len(s) > o else 0
-        return strings[n - 1] if 0 < n <= len(strings) else ""
+        return clean_string(strings[n - 1]) if 0 < n <= len(strings) else ""
 
     size: int = struct.unpack_from("<H", s, 0x0C)[0]  # always there: len(s) >= 0x15
     size_mib: int | None

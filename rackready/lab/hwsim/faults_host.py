@@ -149,6 +149,26 @@ def _edac_uncorrectable(state: dict[str, Any], target: str | None) -> dict[str, 
                            "error (EDAC UE, machine check)"}
 
 
+def _ras_logged_errors(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # uncorrected errors rasdaemon recorded in an earlier boot: the reboot reset the EDAC
+    # counters and the kernel log, so only rasdaemon's database still holds them
+    d = _dimm(state, target)
+    state["host"].setdefault("ras_records", []).append(
+        {"dimm": d["locator"], "kind": "Uncorrected", "count": 2, "time": "2026-11-28 17:04:51"})
+    return {"component": _dimm_component(d),
+            "description": f"DIMM {d['locator']} serial {d['serial']}: 2 uncorrected errors "
+                           "rasdaemon recorded before the last reboot (EDAC counters read 0)"}
+
+
+def _dimm_missing_text(state: dict[str, Any], target: str | None) -> dict[str, Any]:
+    # no kernel copy of the SMBIOS table (an old kernel, a locked-down sysfs): the DIMMs are
+    # read from dmidecode's text, which shows the slot empty
+    rec = _dimm_missing(state, target)
+    state["host"]["smbios_table"] = False
+    rec["description"] += " (SMBIOS table unreadable: seen by dmidecode -t memory)"
+    return rec
+
+
 HOST_FAULTS: dict[str, FaultFn] = {  # registered by faults.py
     "sxid": _sxid,
     "fabric-manager-fatal": _fabric_manager_fatal,
@@ -157,4 +177,6 @@ HOST_FAULTS: dict[str, FaultFn] = {  # registered by faults.py
     "nvme-wear-out": _nvme_wear_out,
     "dimm-missing": _dimm_missing,
     "edac-uncorrectable": _edac_uncorrectable,
+    "ras-logged-errors": _ras_logged_errors,
+    "dimm-missing-text": _dimm_missing_text,
 }

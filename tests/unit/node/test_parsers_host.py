@@ -23,6 +23,16 @@ from validation.probes import host_memory, nvme_health, nvswitch
 from validation.probes.nvidia_smi import ParseError
 from validation.workloads import membw
 
+
+@pytest.fixture(autouse=True)
+def _no_node_tools(tmp_path, monkeypatch):
+    """The memory checks run ras-mc-ctl, edac-util and dmidecode where installed: none here,
+    so a developer machine's own tools never answer for the sample node."""
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+
 # --- NVSwitch SXid lines ----------------------------------------------------------
 
 SXID_LOG = """\
@@ -496,7 +506,11 @@ def test_memory_errors_check_clean_node_passes(tmp_path):
     ctx = make_ctx(tmp_path)
     res = run("host.memory_errors", ctx)
     assert {(mm.name, mm.value) for mm in res.measurements} == {
-        ("host.edac_controllers", 0), ("host.mce_uncorrected", 0), ("host.mce_corrected", 0)}
+        ("host.edac_controllers", 0), ("host.mce_uncorrected", 0), ("host.mce_corrected", 0),
+        ("host.memory_error_sources", "sysfs-edac (no controller),kernel-log")}
+    fact = next(mm for mm in res.measurements if mm.name == "host.memory_error_sources")
+    assert dict(fact.labels)["not_read"] == ("edac-util: not installed; "
+                                            "ras-mc-ctl: not installed")
     assert not [v for v in judge([res], ctx.profile) if v.outcome == "fail"]
 
 

@@ -140,5 +140,6 @@ def write_file(path: Path, text: str) -> None:
 def render_host(state: dict[str, Any], root: Path) -> None:
     if not state.get("host"):
         return  # a state written before the host model existed
-    write_bytes(root / "sys/firmware/dmi/tables/DMI", smbios_table(state))
+    if state["host"].get("smbios_table", True):  # False: the kernel exposes no table copy
+        write_bytes(root / "sys/firmware/dmi/tables/DMI", smbios_table(state))
     _edac(state, root)
