@@ -3,7 +3,7 @@
 fabric.manager_log check that judges what was logged since the run began.
 
 Real captures: tests/fixtures/field/fabricmanager (README there: leptonai/gpud's testdata
-log and the lines its matcher quotes; a journal from data-infra/cube-studio issue 29).
+log and the lines its matcher quotes; a journal from data-infra/data-infra/cube-studio issue 29).
 The other variants (session banner, journal short-iso with and without the tags, a line
 naming no port, CRITICAL entries, a year-less journal across New Year) are made from the
 documented format (NVIDIA Fabric Manager user guide: LOG_FILE_NAME, LOG_USE_SYSLOG; the
@@ -50,8 +50,9 @@ def test_gpud_quoted_lines_fatal_nonfatal_other_errors_and_info():
 
 
 def test_journal_syslog_form_takes_the_units_processes_and_this_year():
-    """cube-studio issue 29: the unit's journal without a year; the start script's lines are
-    entries (untagged: `other`, never errors), systemd's line is not Fabric Manager's."""
+    """data-infra/cube-studio issue 29: the unit's journal without a year; the start
+    script's lines are entries (untagged: `other`, never errors), systemd's line is not
+    Fabric Manager's."""
     es = parse_fm_log((FIELD / "journal-cube-studio-issue-29.txt").read_text(), NOW)
     assert len(es) == 3 and {e.kind for e in es} == {"other"} and es[0].level == ""
     assert es[0].when == datetime(2025, 9, 18, 3, 19, 1)
