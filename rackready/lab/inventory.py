@@ -116,6 +116,8 @@ def group_vars() -> dict:
             # rack-level step: every lab node hangs off the one lab bridge (host0), so
             # they are one fabric whatever their simulated IB/RoCE (rackready.decide.rack)
             "rack": {"fabric": "lab-network", "socket_ifname": "host0"},
+            # hwsim's dcgmi answers from the node's state: nothing to let it sample
+            "dcgm": {"health_settle_s": 0},
             "workloads": {
                 "device": "cpu",
                 "storage": {"dir": "/var/tmp/raid-standin", "fio_size": "64M",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from validation.checks.common import gpu_labels, m, smi
 from validation.checks.registry import CheckSkipped, CommandFailed, Context, check, log
@@ -99,12 +100,22 @@ def _group(ctx: Context, flag: str) -> str:
     return found.group(1)
 
 
+def settle_s(site: dict[str, Any]) -> float:
+    """How long DCGM samples before the check asks: the site's `dcgm: {health_settle_s}`
+    (0-60 s; the lab's stand-in answers from its state and samples nothing: 0), else 1 s."""
+    raw = (site.get("dcgm") or {}).get("health_settle_s", HEALTH_SETTLE_S)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= 60:
+        raise ValueError(f"site dcgm.health_settle_s must be 0-60 s, not {raw!r}")
+    return float(raw)
+
+
 def read_health(ctx: Context, groups: dict[str, str]) -> dict[str, HealthReport]:
     """Set every watch on each group, let DCGM sample, then check: kind -> report."""
+    wait = settle_s(ctx.site)
     for gid in groups.values():
         ctx.run(["dcgmi", "health", "-g", gid, "-s", "a", "-u", str(HEALTH_UPDATE_S)],
                 timeout_s=30)
-    time.sleep(HEALTH_SETTLE_S)
+    time.sleep(wait)
     reports = {}
     for kind, gid in groups.items():
         text = ctx.run(["dcgmi", "health", "-g", gid, "-c", "-j"], timeout_s=60,

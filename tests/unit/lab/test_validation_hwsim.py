@@ -48,6 +48,7 @@ def site_for(node: Node, fabric: str, nics: list[str]) -> dict[str, Any]:
         "fabric": fabric,
         "node": node.state()["node"],
         "rdma_devices": nics,
+        "dcgm": {"health_settle_s": 0},  # as the lab's inventory: hwsim's dcgmi samples nothing
         "workloads": {
             "device": "cpu",
             "storage": {"dir": str(node.raid), "ckpt_file_bytes": 16 << 20},

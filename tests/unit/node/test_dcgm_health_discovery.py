@@ -312,3 +312,13 @@ def test_a_scope_without_nvswitch_leaves_the_switch_count_unjudged(tmp_path: Pat
     assert sw["outcome"] == "not_applicable", sw
     (gpus,) = _verdicts(result, "dcgm.gpu_count")
     assert (gpus["value"], gpus["outcome"]) == (2, "pass")
+
+
+def test_the_sampling_wait_is_the_sites_and_a_bad_one_is_refused() -> None:
+    from validation.checks.dcgm import HEALTH_SETTLE_S, settle_s
+
+    assert settle_s({}) == HEALTH_SETTLE_S == 1.0
+    assert settle_s({"dcgm": {"health_settle_s": 0}}) == 0.0
+    for bad in (-1, 61, "1", True, None):
+        with pytest.raises(ValueError, match="health_settle_s must be 0-60 s"):
+            settle_s({"dcgm": {"health_settle_s": bad}})
