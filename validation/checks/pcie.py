@@ -12,7 +12,7 @@ from validation import launch_map, launch_read
 from validation.checks.common import gpu_labels, m, rdma_devices, smi, topo_text
 from validation.checks.fabric_health import compute_nics
 from validation.checks.network import ibstat
-from validation.checks.registry import CheckSkipped, Context, check
+from validation.checks.registry import CheckSkipped, Context, check, log
 from validation.launch_map import cpulist
 from validation.model import Measurement
 from validation.probes.lspci import parse_lspci_vvv
@@ -75,17 +75,20 @@ def pcie_nic_link(ctx: Context) -> Iterator[Measurement]:
        title="every PCIe link from each GPU and compute NIC up to its root port (PCIe switch "
              "uplinks too) at the speed and width both its ends support (sysfs)")
 def pcie_path(ctx: Context) -> Iterator[Measurement]:
+    # a VM slice (a GPU-subset scope drops bare-metal): its links are the hypervisor's, which
+    # may report any rate; the path is reported, its links are not measured, and the limits
+    # (which need bare-metal) are not applicable, as health.delta reads the profile for NVLink
+    whole = ctx.profile is None or "bare-metal" in ctx.profile.requires
     if not ctx.path("/sys/bus/pci/devices").is_dir():
+        if not whole:  # nothing to report; the limits read not applicable by their need
+            log("pcie.path: no /sys/bus/pci/devices on this slice: no path to report")
+            return
         raise CheckSkipped("no /sys/bus/pci/devices: the PCIe tree cannot be read")
     devices = [PathDevice(short_bus_id(g.bus_id), f"GPU {g.index} (serial "
                           f"{g.serial or 'unknown'}, PCI {short_bus_id(g.bus_id)})",
                           g.clock_events.get("idle") is True) for g in smi(ctx).gpus]
     devices += [PathDevice(addr, f"NIC {ca} (PCI {addr})", False)
                 for ca, addr in compute_nics(ctx)]
-    # a VM slice (a GPU-subset scope drops bare-metal): its links are the hypervisor's, which
-    # may report any rate; the path is reported, its links are not measured, and the limits
-    # (which need bare-metal) are not applicable, as health.delta reads the profile for NVLink
-    whole = ctx.profile is None or "bare-metal" in ctx.profile.requires
     yield from path_measurements(ctx.sysroot, devices, links=whole)
 
 

@@ -21,8 +21,9 @@ REPO = PROJECT_ROOT
 # The capture host as it was: 2 GPUs, no ConnectX/NVMe/fabric manager. The GPU workloads
 # (torch) have their own tests; here torch on the CPU is not the GPU they need.
 # the capture is a 2-GPU VM of an HGX board: its NVSwitches are the host's, not listed here
+# (nor DCGM: dcgmi was not installed there)
 SCOPE = ["--gpus", "2", "--without",
-         "rdma,nvme,raid,nvswitch,fabric-manager,torch,nccl-tests,fio"]
+         "rdma,nvme,raid,nvswitch,fabric-manager,torch,nccl-tests,fio,dcgm"]
 
 
 @pytest.fixture
