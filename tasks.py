@@ -34,30 +34,6 @@ def user_errors(fn):
     return wrapper
 
 
-def _parse_mistakes_exit_2() -> None:
-    """A mistyped flag or task name is a person's mistake: exit 2 as every other one, not
-    invoke's own 1 (here the code of a failed node). tasks.py loads before the task flags
-    are parsed, so the running program parses them through this."""
-    from invoke.exceptions import ParseError
-    from invoke.program import Program
-
-    if getattr(Program.parse_tasks, "rackready", False):
-        return
-    parse = Program.parse_tasks
-
-    def parse_tasks(self: Program) -> None:
-        try:
-            parse(self)
-        except ParseError as exc:
-            raise Exit(f"error: {exc}", code=2) from None
-
-    parse_tasks.rackready = True  # type: ignore[attr-defined]
-    Program.parse_tasks = parse_tasks  # type: ignore[method-assign]
-
-
-_parse_mistakes_exit_2()
-
-
 def required(**flags) -> None:
     """Required flags are checked here, not by invoke, so `TASK --help` always works."""
     from rackready.errors import UserError

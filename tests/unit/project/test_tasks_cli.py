@@ -11,7 +11,8 @@ import pytest
 from rackready.site.paths import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
-INVOKE = [sys.executable, "-m", "invoke"]
+# the `rackready` program (rackready.cli): tasks.py under rackready's exit codes
+INVOKE = [sys.executable, "-m", "rackready.cli"]
 pytestmark = pytest.mark.integration  # the command line as real processes
 
 
@@ -86,6 +87,25 @@ def test_unknown_flag_or_task_is_one_line_exit_2():
         proc = invoke(*args)
         assert proc.returncode == 2, (args, proc.returncode)
         assert word in one_line_error(proc)
+
+
+def test_a_flag_without_its_value_is_one_line_exit_2():
+    for args, word in ((("validate", "--node"), "node"), (("-c",), "collection")):
+        proc = invoke(*args)
+        assert proc.returncode == 2, (args, proc.returncode)
+        assert word in one_line_error(proc)
+
+
+def test_invoke_runs_the_same_tasks():
+    """`invoke` (the README's command) lists and runs tasks.py as the `rackready` program
+    does; only a mistyped command line exits with invoke's own code there."""
+    stock = [sys.executable, "-m", "invoke"]
+    listed = subprocess.run([*stock, "--list"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 0 and listed.stdout == invoke("--list").stdout
+    proc = subprocess.run([*stock, "validate", "--node", "nosuchnode", "--inventory", "rack1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "nosuchnode" in one_line_error(proc)
 
 
 def test_an_unknown_provisioning_tag_is_refused_before_ansible_runs():
