@@ -9,6 +9,7 @@ on nodes that have nothing but Python and PyYAML.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -130,7 +131,7 @@ class Threshold:
                 "tier": self.tier, "gross": self.gross}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Threshold:
+    def from_dict(cls, d: Mapping[str, Any]) -> Threshold:
         return cls(
             metric=d["metric"],
             op=d["op"],

@@ -30,7 +30,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -38,7 +38,7 @@ from rackready.decide.fleet import FLEET_MIN_NODES
 from rackready.errors import UserError
 from validation import metrics
 from validation.judge import ENTITY_LABELS, MAD_TO_SIGMA, _applies, compare, fleet_outliers
-from validation.model import CheckResult, Threshold
+from validation.model import CheckResult, Op, Threshold
 from validation.profile import Profile, ProfileError, calibration_thresholds
 
 K = 4.0  # robust deviations: the calibrated floor's distance below the set's median
@@ -74,6 +74,34 @@ def check_overlay(path: Path, overlay: dict[str, Any], profile: Profile) -> None
         raise UserError(f"{path}: {exc}") from None
 
 
+class Statistics(TypedDict):
+    """What a calibrated floor rests on (calibrate_limit): worded into its provenance."""
+
+    median: float
+    sigma: float
+    weakest: float
+    spread: float
+    profile_limit: float
+    devices: int
+    nodes: int
+    gross_line: float
+
+
+class _Labelled(TypedDict, total=False):
+    labels: dict[str, str]  # the profile limit's own labels, where it has any
+
+
+class CalibratedLimit(_Labelled):
+    """One calibrated floor as calibrate_profile derives it, before overlay_document words
+    its statistics into a provenance."""
+
+    metric: str
+    op: Op
+    value: float | None
+    unit: str
+    statistics: Statistics
+
+
 @dataclass(frozen=True)
 class Device:
     node: str
@@ -106,7 +134,9 @@ def _devices(t: Threshold, results: dict[str, list[CheckResult]]) -> list[Device
 def _round(value: float, down: bool) -> float:
     if value == 0:
         return 0.0
-    step = 10 ** (math.floor(math.log10(abs(value))) - 2)  # three significant digits
+    # three significant digits; an int power of 10 (not 10.0 **) for steps >= 1, so a
+    # rounded limit is written as the int the overlay has always held
+    step: float = 10 ** (math.floor(math.log10(abs(value))) - 2)
     return (math.floor if down else math.ceil)(value / step) * step
 
 
@@ -120,7 +150,7 @@ def too_small(profile: str, nodes: list[str], given: str = "the set has") -> str
 
 
 def calibrate_limit(t: Threshold, devices: list[Device], k: float = K
-                    ) -> tuple[float | None, dict[str, Any], list[str]]:
+                    ) -> tuple[float | None, Statistics, list[str]]:
     """(floor, statistics, refusals) for one limit from the set's devices; at most one
     refusal a node: its miss of the profile's own limit, else its outlier."""
     better = metrics.get(t.metric).better
@@ -165,9 +195,9 @@ def calibrate_limit(t: Threshold, devices: list[Device], k: float = K
         spread = med - weakest
         floor = min(med - k * sigma, weakest)
         floor = max(_round(floor, down=True), _round(limit - spread, down=False), line)
-    stats = {"median": round(med, 4), "sigma": round(sigma, 4), "weakest": weakest,
-             "spread": round(spread, 4), "profile_limit": limit,
-             "devices": len(devices), "nodes": len(by_node), "gross_line": line}
+    stats: Statistics = {"median": round(med, 4), "sigma": round(sigma, 4), "weakest": weakest,
+                         "spread": round(spread, 4), "profile_limit": limit,
+                         "devices": len(devices), "nodes": len(by_node), "gross_line": line}
     return floor, stats, [refused[n] for n in sorted(refused)]
 
 
@@ -180,12 +210,13 @@ def _unit(t: Threshold) -> str:
 
 
 def calibrate_profile(profile: Profile, results: dict[str, list[CheckResult]],
-                      k: float = K) -> tuple[list[dict[str, Any]], list[str]]:
+                      k: float = K) -> tuple[list[CalibratedLimit], list[str]]:
     """The calibrated limits for one profile's nodes, and the refusals (empty: usable)."""
     small = too_small(profile.name, sorted(results))
     if small:
         return [], [small]
-    limits, refusals = [], []
+    limits: list[CalibratedLimit] = []
+    refusals: list[str] = []
     for t in profile.thresholds:
         if t.tier not in ("provisional", "measured") or t.gross is None:
             continue
@@ -194,13 +225,13 @@ def calibrate_profile(profile: Profile, results: dict[str, list[CheckResult]],
             continue  # not measured at this level: the profile's own limit stays
         floor, stats, refused = calibrate_limit(t, devices, k)
         refusals += refused
+        labelled: _Labelled = {"labels": dict(t.labels)} if t.labels else {}
         limits.append({"metric": t.metric, "op": t.op, "value": floor, "unit": t.unit,
-                       **({"labels": dict(t.labels)} if t.labels else {}),
-                       "statistics": stats})
+                       **labelled, "statistics": stats})
     return limits, sorted(set(refusals))
 
 
-def overlay_document(profile: Profile, limits: list[dict[str, Any]], nodes: list[str],
+def overlay_document(profile: Profile, limits: list[CalibratedLimit], nodes: list[str],
                      serials: dict[str, list[str]], level: str, run_id: str, date: str,
                      versions: dict[str, str], k: float = K,
                      checks: list[str] | None = None) -> dict[str, Any]:
@@ -212,8 +243,9 @@ def overlay_document(profile: Profile, limits: list[dict[str, Any]], nodes: list
     source = f"site calibration {date[:10]} on {', '.join(nodes)}, level {level}{scope}"
     thresholds = []
     for given in limits:
-        lim = dict(given)  # the caller's limits stay as they were
-        s = lim.pop("statistics")
+        # a copy without its statistics, in its own key order: the caller's limits stay
+        lim: dict[str, object] = {key: v for key, v in given.items() if key != "statistics"}
+        s = given["statistics"]
         lim["provenance"] = (
             f"calibrated {date[:10]} on {who}, level {level}{scope}, run {run_id}: median "
             f"{s['median']:g} over {s['devices']} devices of {s['nodes']} nodes, robust sigma "

@@ -4,10 +4,9 @@ by step (its other comparisons: validation.judge.judge_fleet, in rackready.decid
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from rackready.decide.outcome import component_words
-from rackready.decide.records import VerdictRecord
+from rackready.decide.records import ThresholdRecord, VerdictRecord, threshold_record
 from validation.model import CheckResult
 from validation.profile import Profile
 from validation.workloads.golden import (
@@ -32,13 +31,13 @@ def _curve_key(results: list[CheckResult]) -> tuple[str, ...] | None:
                                                "batch", "lr", "warmup", "max_norm"))
 
 
-def rack_curve_threshold(profile: Profile) -> dict[str, Any] | None:
+def rack_curve_threshold(profile: Profile) -> ThresholdRecord | None:
     """The profile's limit for the rack comparison, else its golden-curve limit, as the
     threshold a verdict carries: the rack metric, with the limit's unit and provenance."""
     for metric in (RACK_CURVE_METRIC, "fsdp.loss_deviation"):
         for t in profile.thresholds_for(metric):
             if t.op in ("<=", "<") and not t.labels:
-                return {**t.to_dict(), "metric": RACK_CURVE_METRIC, "op": "<=",
+                return {**threshold_record(t), "metric": RACK_CURVE_METRIC, "op": "<=",
                         "value": float(t.value), "outlier_k": None}
     return None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
 
 # format, control and separator characters: invisible in a report, never part of an id
 _INVISIBLE = frozenset({"Cf", "Cc", "Zs", "Zl", "Zp"})
@@ -18,7 +17,7 @@ _UUID = re.compile(r"(gpu-|mig-)?([0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f
                    r"[0-9a-f]{12})")
 
 
-def id_key(value: Any) -> str:
+def id_key(value: object) -> str:
     """Unicode NFKC (full-width digits become ASCII), invisible characters and whitespace
     dropped, case folded; a serial of digits only (NVIDIA's board serials) compared as a
     number, so a leading zero does not make another serial; a UUID ("GPU-" and 32 hex
@@ -37,7 +36,7 @@ def id_key(value: Any) -> str:
     return text
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """An identifier as a person reads it in a finding: as reported, escaped where it
     holds what does not print plainly (a zero-width space, full-width digits)."""
     text = str(value)

@@ -19,7 +19,7 @@ from typing import Any
 
 from rackready.decide.identifiers import id_key, shown
 from rackready.remote.result_shape import conform_result
-from rackready.run.rundir import sha256_file
+from rackready.run.rundir import PlannedIdentity, sha256_file
 from rackready.sanitize import one_line
 
 KINDS = ("session", "evidence", "replay", "identity", "stream")
@@ -134,7 +134,7 @@ def _short(host: str) -> str:
     return host.strip().lower().split(".", 1)[0]
 
 
-def identity_findings(identity: dict[str, Any], result: dict[str, Any]
+def identity_findings(identity: PlannedIdentity, result: dict[str, Any]
                       ) -> list[dict[str, str]]:
     """The result's hostname is the node's; no GPU serial or UUID twice on one node; the
     serials are the inventory's where it lists them (rackready_gpu_serials)."""
@@ -341,7 +341,7 @@ def stream_findings(events: list[dict[str, Any]], result: dict[str, Any]
     return out
 
 
-def node_findings(node_dir: Path, identity: dict[str, Any], result: dict[str, Any] | None,
+def node_findings(node_dir: Path, identity: PlannedIdentity, result: dict[str, Any] | None,
                   events: list[dict[str, Any]], session: dict[str, Any], nonce: str | None,
                   bundle_sha256: str | None) -> list[dict[str, str]]:
     """Every finding for one node but its session problem (judging adds that one) and the

@@ -41,7 +41,7 @@ def judge_run(run: RunDir, write: bool = True) -> dict[str, Judgement]:
         session = run.read_session(name)
         bmc = run.read_bmc(name)
         findings = trust.node_findings(
-            run.paths(name).dir, dict(planned.identity) if planned else {}, node_result.result,
+            run.paths(name).dir, planned.identity.copy() if planned else {}, node_result.result,
             events, session, plan.nonces.get(name) if plan else None,
             plan.bundle_sha256 if plan else None)
         # the BMC's GPU serials against the node's; what could not be compared is a note

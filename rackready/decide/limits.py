@@ -18,7 +18,7 @@ def limits_record(j: Judgement) -> Limits:
     tiers = {"spec": 0, "measured": 0, "provisional": 0, "calibrated": 0}
     below = 0
     for v in j["verdicts"] + j["fleet_verdicts"] + j.get("rack_verdicts", []):
-        t = v.get("threshold")
+        t: object = v.get("threshold")  # a judgement read back may hold anything here
         if v["outcome"] not in ("pass", "fail", "below_expected") or not isinstance(t, dict):
             continue
         tier = str(t.get("tier") or "spec")

@@ -27,7 +27,13 @@ from typing import Any
 
 from rackready.decide.integrity import gpu_ids, replay_findings, session_findings
 from rackready.decide.outcome import decide_node, missing_check_verdict, verdict_dict
-from rackready.decide.records import BmcRecord, GoldenPoint, Judgement, ScopeRecord
+from rackready.decide.records import (
+    BmcRecord,
+    GoldenPoint,
+    Judgement,
+    ScopeRecord,
+    threshold_record,
+)
 from rackready.redfish.envelope import series as envelope_series
 from rackready.run.rebuild import INTERRUPTED
 from rackready.run.rundir import NodeResult, PlannedNode, now_iso
@@ -212,7 +218,8 @@ def judge_node(name: str, planned: PlannedNode | None, level: str, only: list[st
         "complete": result is not None,
         "node_claimed_outcome": claimed if isinstance(claimed, str) else None,
         "verdicts": verdict_dicts, "fleet_verdicts": [],
-        "thresholds": [t.to_dict() for t in ctx.profile.thresholds] if ctx.profile else [],
+        "thresholds": ([threshold_record(t) for t in ctx.profile.thresholds]
+                       if ctx.profile else []),
         "golden_loss": _golden_loss(results, ctx.profile),
         "problems": problems,
         "integrity": integrity,

@@ -150,7 +150,7 @@ def missing_check_verdict(check: str, level: str) -> VerdictRecord:
     }
 
 
-def link_component(node: str, nic: str, peer: str, peer_nic: str, rail: Any) -> str:
+def link_component(node: str, nic: str, peer: str, peer_nic: str, rail: object) -> str:
     """A rack link as the failing part, seen from one of its ends."""
     return f"link {node} {nic} <-> {peer} {peer_nic} (rail {rail})"
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from rackready.decide.outcome import group_outcome, link_component
 from rackready.decide.records import (
@@ -52,11 +52,15 @@ from rackready.decide.records import (
     RackGroup,
     RackStep,
     Suspect,
+    ThresholdRecord,
     VerdictRecord,
+    threshold_record,
 )
+from rackready.run.rundir import Plan
 from rackready.sanitize import one_line
 from validation.judge import limit_outcome
 from validation.model import Outcome, Threshold
+from validation.profile import Profile
 
 # The step's two checks: the all_reduce (judged per fabric) and the pairwise links
 # (judged per link, a FAIL verdict on both ends).
@@ -79,23 +83,26 @@ DEFAULT_LINE_GBPS = 400.0
 # each way per second) can never exceed its NIC's line rate / 8 (400 Gb/s = 50 GB/s).
 BITS_PER_BYTE = 8
 
+# A link: its two ends' node names, sorted, and its rail
+Link = tuple[str, str, str]
+
 
 @dataclass(frozen=True)
 class Floors:
     """One node's rack-level limits, from its controller-side profile."""
 
-    pair: dict[str, Any] | None
-    ratio: dict[str, Any] | None
-    allreduce: dict[str, Any] | None
-    allreduce_ok: dict[str, Any] | None
+    pair: ThresholdRecord | None
+    ratio: ThresholdRecord | None
+    allreduce: ThresholdRecord | None
+    allreduce_ok: ThresholdRecord | None
     strict: bool = False  # the site's provisional_limits: strict
     line_gbps: float | None = None  # the profile's NIC line rate (inventory.nic.rate_gbps)
 
     @classmethod
-    def of(cls, profile) -> Floors:
-        def first(metric: str) -> dict[str, Any] | None:
+    def of(cls, profile: Profile) -> Floors:
+        def first(metric: str) -> ThresholdRecord | None:
             ts = [t for t in profile.thresholds_for(metric) if not t.labels]
-            return ts[0].to_dict() if ts else None
+            return threshold_record(ts[0]) if ts else None
 
         nic = (getattr(profile, "inventory", None) or {}).get("nic") or {}
         rate = nic.get("rate_gbps") if isinstance(nic, dict) else None
@@ -122,10 +129,18 @@ def eligibility(session: dict[str, Any], judgement: Judgement | None) -> str:
     return ""
 
 
-def groups(plan, judgements: Mapping[str, Judgement], sessions: dict[str, dict[str, Any]]
-           ) -> dict[str, dict[str, Any]]:
-    """fabric -> {"planned": [...], "members": [...], "left_out": [{node, reason}]}."""
-    out: dict[str, dict[str, Any]] = {}
+class FabricMembers(TypedDict):
+    """Who of a fabric's planned nodes take part in its rack step (rackready.decide.rack.groups)."""
+
+    planned: list[str]
+    members: list[str]
+    left_out: list[LeftOut]
+
+
+def groups(plan: Plan, judgements: Mapping[str, Judgement],
+           sessions: dict[str, dict[str, Any]]) -> dict[str, FabricMembers]:
+    """fabric -> the nodes planned on it, those taking part, and those left out and why."""
+    out: dict[str, FabricMembers] = {}
     for p in plan.nodes:
         key = fabric_key(dict(p.site), str(p.site.get("fabric") or ""))
         g = out.setdefault(key, {"planned": [], "members": [], "left_out": []})
@@ -138,20 +153,20 @@ def groups(plan, judgements: Mapping[str, Judgement], sessions: dict[str, dict[s
     return out
 
 
-def _looser(ts: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+def _looser(ts: list[ThresholdRecord | None]) -> ThresholdRecord | None:
     """The looser of the ends' floors ('>=' limits): the slower end bounds a link."""
     have = [t for t in ts if t]
     return min(have, key=lambda t: float(t["value"])) if have else None
 
 
-def _outcome(value: Any, t: dict[str, Any] | None, strict: bool) -> str:
+def _outcome(value: Any, t: ThresholdRecord | None, strict: bool) -> str:
     """pass, below_expected or fail, as the node judge decides (validation.judge)."""
     if t is None:
         return "fail"  # a judged metric without a limit never passes
     return limit_outcome(Threshold.from_dict(t), value, strict)
 
 
-def _limit(t: dict[str, Any] | None) -> str:
+def _limit(t: ThresholdRecord | None) -> str:
     return f"{t['op']} {t['value']} {t.get('unit', '')}".strip() if t else "no limit"
 
 
@@ -266,7 +281,7 @@ def judge_group(name: str, planned: list[str], members: list[str],
             "suspects": suspects(rows), "problems": problems}
 
 
-def _mk(metric: str, value: Any, unit: str, threshold: dict[str, Any] | None,
+def _mk(metric: str, value: float, unit: str, threshold: ThresholdRecord | None,
         message: str) -> Miss:
     return {"metric": metric, "value": value, "unit": unit, "threshold": threshold,
             "message": message}
@@ -283,9 +298,9 @@ def _cap(rec: dict[str, Any], floors: dict[str, Floors]) -> tuple[float, str]:
     return cap, f"{gbps:g} Gb/s / {BITS_PER_BYTE} = {cap:g} GB/s each way"
 
 
-def _own_best(carried: list[dict[str, Any]]) -> dict[str, list[tuple[float, tuple]]]:
+def _own_best(carried: list[dict[str, Any]]) -> dict[str, list[tuple[float, Link]]]:
     """node -> its plausible carried links as (value, link), fastest first."""
-    out: dict[str, list[tuple[float, tuple]]] = {}
+    out: dict[str, list[tuple[float, Link]]] = {}
     for r in carried:
         for end in (r["labels"]["node_a"], r["labels"]["node_b"]):
             out.setdefault(str(end), []).append((float(r["value"]), _link(r)))
@@ -295,7 +310,7 @@ def _own_best(carried: list[dict[str, Any]]) -> dict[str, list[tuple[float, tupl
 
 
 def _ratio_ends(rec: dict[str, Any], value: float, median: float,
-                best: dict[str, list[tuple[float, tuple]]], rfloor: dict[str, Any] | None,
+                best: dict[str, list[tuple[float, Link]]], rfloor: ThresholdRecord | None,
                 strict: bool) -> list[tuple[str, list[str], bool]]:
     """(outcome, ends, borne out) for a link under the median's ratio: each end against
     the lower of the fabric median and its own fastest other link. An end whose own
@@ -323,7 +338,7 @@ def _ends_words(against: list[str], borne: bool) -> str:
             "its peer is slow on every link, or these figures are not to be trusted)")
 
 
-def _link(rec: dict[str, Any]) -> tuple[str, str, str]:
+def _link(rec: dict[str, Any]) -> Link:
     lb = rec["labels"]
     a, b = sorted((str(lb["node_a"]), str(lb["node_b"])))
     return a, b, str(lb["rail"])
@@ -346,7 +361,7 @@ def agreed_links(records: list[dict[str, Any]], members: list[str],
     fabric is then INCOMPLETE) and judged for neither end: one node's word never fails
     its peer. An agreed link carries the lower of the two values."""
     pairs = [r for r in records if r.get("name") == PAIR_METRIC]
-    by_link: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    by_link: dict[Link, dict[str, dict[str, Any]]] = {}
     foreign = 0
     for r in pairs:
         a, b, rail = _link(r)

@@ -9,13 +9,38 @@ absent sits in a `total=False` base.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
-from validation.model import Outcome, Value
+from validation.model import Op, Outcome, Threshold, Tier, Value
 
 NodeOutcome = Literal["PASS", "FAIL", "INCOMPLETE", "PARTIAL"]
 GroupOutcomeName = Literal["PASS", "FAIL", "INCOMPLETE", "NOT_APPLICABLE"]
 Scope = Literal["node", "fleet", "rack"]
+
+
+class _ThresholdOptional(TypedDict, total=False):
+    """Absent from a limit the rack step words itself (a link's line rate); readers take
+    a missing tier as "spec", as validation.model.Threshold.from_dict does."""
+
+    outlier_k: float | None
+    labels: dict[str, str] | None
+    gross: float | None
+    tier: Tier
+
+
+class ThresholdRecord(_ThresholdOptional):
+    """validation.model.Threshold.to_dict: a limit as verdicts and judgements carry it."""
+
+    metric: str
+    op: Op
+    value: Any  # as validation.model.Threshold.value: a number, a word or a list of them
+    unit: str
+    provenance: str
+
+
+def threshold_record(t: Threshold) -> ThresholdRecord:
+    """The one place the controller takes Threshold.to_dict's keys as ThresholdRecord's."""
+    return cast(ThresholdRecord, t.to_dict())
 
 
 class VerdictRecord(TypedDict):
@@ -27,7 +52,7 @@ class VerdictRecord(TypedDict):
     value: Value
     unit: str
     labels: dict[str, str]
-    threshold: dict[str, Any] | None  # validation.model.Threshold.to_dict
+    threshold: ThresholdRecord | None
     message: str
     remediation: str
     spread: dict[str, float] | None
@@ -69,13 +94,13 @@ class Limits(_LimitCounts):
 class BmcRecord(TypedDict):
     """What the report shows of the node's BMC (rackready.decide.node._bmc_record)."""
 
-    address: Any
+    address: str | None
     status: str | None
     problem: str
-    since: Any
+    since: str | None
     since_source: str
-    identity: dict[str, Any]
-    log_excerpt: list[Any]
+    identity: dict[str, Any]  # what the BMC said of itself (rackready.steps.oob.identity)
+    log_excerpt: list[dict[str, str]]  # rackready.steps.oob.excerpt
     check: dict[str, Any] | None  # validation.model.CheckResult.to_dict
     envelope: dict[str, Any]  # rackready.steps.envelope.series: the readings under load
 
@@ -109,7 +134,7 @@ class Judgement(_Decided):
     node_claimed_outcome: str | None
     verdicts: list[VerdictRecord]
     fleet_verdicts: list[VerdictRecord]
-    thresholds: list[dict[str, Any]]  # validation.model.Threshold.to_dict
+    thresholds: list[ThresholdRecord]
     golden_loss: list[GoldenPoint]
     problems: list[str]
     integrity: list[dict[str, str]]  # rackready.decide.integrity's findings
@@ -125,9 +150,9 @@ class Miss(_MissEnds):
     """One limit a rack link missed."""
 
     metric: str
-    value: Any
+    value: float
     unit: str
-    threshold: dict[str, Any] | None
+    threshold: ThresholdRecord | None
     message: str
 
 
@@ -143,8 +168,8 @@ class PairRow(TypedDict):
     unit: str
     vs_median: float | None
     refused: str
-    simulated: Any
-    threshold: dict[str, Any] | None
+    simulated: Any  # the nodes' label, as they sent it
+    threshold: ThresholdRecord | None
     outcome: str  # "pass", "below_expected" or "fail"
     failures: list[Miss]
     below_expected: list[Miss]
@@ -152,11 +177,11 @@ class PairRow(TypedDict):
 
 class AllreduceRecord(TypedDict):
     check: str
-    value: Any
+    value: Any  # rank 0's figures and labels, as it sent them
     unit: str
     correct: Any
     labels: dict[str, Any]
-    threshold: dict[str, Any] | None
+    threshold: ThresholdRecord | None
     outcome: str
     message: str
 
@@ -215,5 +240,5 @@ class RackJudgement(TypedDict):
     by: str  # "controller"
     outcome: NodeOutcome
     outcome_reason: str
-    nodes: dict[str, Any]  # node -> its judgement's outcome
+    nodes: dict[str, NodeOutcome | None]  # node -> its judgement's outcome
     rack_step: list[RackStepOutcome]

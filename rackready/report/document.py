@@ -14,7 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from rackready.decide.outcome import OUTCOMES
-from rackready.decide.records import Judgement, RackStep
+from rackready.decide.records import Judgement, RackStep, ThresholdRecord
 from rackready.report import launch_map
 from rackready.report.kinds import figures_by_kind
 from rackready.report.loader import NodeRun, RunData
@@ -45,8 +45,8 @@ def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _threshold_for(thresholds: list[dict[str, Any]], name: str,
-                   labels: dict[str, str]) -> dict[str, Any] | None:
+def _threshold_for(thresholds: list[ThresholdRecord], name: str,
+                   labels: dict[str, str]) -> ThresholdRecord | None:
     """The profile limit for a measurement: same metric, and labels (when the limit
     has any, e.g. one NVLink pair) all present on the measurement."""
     for t in thresholds:
@@ -71,7 +71,7 @@ def _verdict_rows(judgement: Judgement) -> list[dict[str, Any]]:
     return rows
 
 
-def _measurements(result: dict[str, Any], thresholds: list[dict[str, Any]]
+def _measurements(result: dict[str, Any], thresholds: list[ThresholdRecord]
                   ) -> list[dict[str, Any]]:
     out = []
     for c in result.get("checks", []):

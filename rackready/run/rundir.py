@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from rackready.errors import UserError
 from rackready.remote import result_shape
@@ -77,6 +77,15 @@ def _rack_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
+class PlannedIdentity(TypedDict, total=False):
+    """What the inventory says a node is (rackready.steps.validate), where it says it;
+    checked against what the node reports (rackready.decide.integrity), never shipped to
+    it. A host's name often differs from its inventory name, so none is assumed."""
+
+    hostnames: list[str]
+    gpu_serials: list[str]
+
+
 @dataclass(frozen=True)
 class PlannedNode:
     """What the controller asked of one node: the facts it is judged against."""
@@ -85,9 +94,7 @@ class PlannedNode:
     profile: str
     site: dict[str, Any] = field(default_factory=dict)
     without: tuple[str, ...] = ()
-    # what the inventory says the node is, checked against what it reports and never
-    # shipped to it: {"hostnames": [...], "gpu_serials": [...]} (rackready.decide.integrity)
-    identity: dict[str, Any] = field(default_factory=dict)
+    identity: PlannedIdentity = field(default_factory=PlannedIdentity)
 
 
 @dataclass
@@ -119,7 +126,8 @@ class Plan:
                 n = {"name": n, "profile": ""}
             nodes.append(PlannedNode(str(n["name"]), str(n.get("profile") or ""),
                                      dict(n.get("site") or {}), tuple(n.get("without") or ()),
-                                     dict(n.get("identity") or {})))
+                                     # as the controller wrote it (none in earlier runs)
+                                     cast(PlannedIdentity, dict(n.get("identity") or {}))))
         only = d.get("only")
         return cls(run_id=str(d["run_id"]), inventory=d.get("inventory"),
                    level=str(d.get("level") or "quick"),

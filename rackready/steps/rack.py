@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from rackready.decide.node import controller_profile
-from rackready.decide.rack import PAIR_METRIC, SENDER, Floors, groups, judge_group
+from rackready.decide.rack import (
+    PAIR_METRIC,
+    SENDER,
+    FabricMembers,
+    Floors,
+    groups,
+    judge_group,
+)
 from rackready.decide.records import Judgement, RackGroup, RackStep
 from rackready.remote import session, ssh
 from rackready.remote.result_shape import is_scalar
@@ -117,7 +124,7 @@ def _torchrun(node, rank: int, nnodes: int, endpoint: str, run_id: str, bundle_d
             f"{assign} timeout --kill-after=15 {TIMEOUT_S[device]} {shlex.join(args)}")
 
 
-def run_group(run: RunDir, key: str, group: dict[str, Any], nodes: dict[str, Any],
+def run_group(run: RunDir, key: str, group: FabricMembers, nodes: dict[str, Any],
               profiles: dict[str, Any], bundle_payload: tuple[bytes, str],
               venv_of, nccl_env_of, progress=lambda msg: None,
               allocation=None) -> RackGroup:

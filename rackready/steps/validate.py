@@ -29,7 +29,7 @@ from rackready.remote import bundle, ssh
 from rackready.remote import session as node_session
 from rackready.remote.slurm import SlurmLaunch
 from rackready.report.cli import write_reports
-from rackready.run.rundir import Plan, PlannedNode, RunDir, new_run_id, now_iso
+from rackready.run.rundir import Plan, PlannedIdentity, PlannedNode, RunDir, new_run_id, now_iso
 from rackready.sanitize import one_line
 from rackready.site import inventory, paths
 from rackready.steps import envelope, oob, verdict_metrics
@@ -194,7 +194,7 @@ def _planned(n: inventory.Node, overlays: Path | None = None) -> PlannedNode:
                        without=tuple(n.validation_without), identity=_identity(n))
 
 
-def _identity(n: inventory.Node) -> dict:
+def _identity(n: inventory.Node) -> PlannedIdentity:
     """What the node's result must say about itself (rackready.decide.integrity), where the
     inventory states it: its hostname (rackready_hostname) and its GPU serials
     (rackready_gpu_serials). Kept on the controller, never shipped to the node. A real

@@ -96,6 +96,17 @@ def test_a_flag_without_its_value_is_one_line_exit_2():
         assert word in one_line_error(proc)
 
 
+def test_the_rackready_command_is_the_program_the_tests_run():
+    import tomllib
+
+    from rackready.cli import RackreadyProgram
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, attr = scripts["rackready"].split(":")
+    assert (module, attr) == (INVOKE[-1], "program.run")
+    assert isinstance(__import__(module, fromlist=["program"]).program, RackreadyProgram)
+
+
 def test_invoke_runs_the_same_tasks():
     """`invoke` (the README's command) lists and runs tasks.py as the `rackready` program
     does; only a mistyped command line exits with invoke's own code there."""
