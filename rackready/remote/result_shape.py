@@ -46,6 +46,7 @@ MALFORMED = "result.json malformed"
 _MAX_DETAILS = 5  # problems named one by one; the rest are counted
 CAPS = ResultCaps()  # read at each call: a test may narrow them
 
+
 class _Problems:
     """The problems found, the first few named (a result can hold millions of bad parts),
     and what is left of the caps while the result is walked."""
@@ -194,19 +195,37 @@ class ResultSchema:
         if {"number", "string", "boolean"} <= types:
             return "scalar"
         if "array" in types:
-            items = self.resolve(s.get("items", {}))
-            return "records" if items.get("type") == "object" else "texts"
-        if "object" in types:  # keys of its own, or any keys of one schema
+            items = self.resolve(s.get("items", {})).get("type")
+            if items in ("object", "string"):
+                return "records" if items == "object" else "texts"
+        elif "object" in types:  # keys of its own, or any keys of one schema
             return "map" if isinstance(s.get("additionalProperties"), dict) else "record"
-        for kind in ("boolean", "number", "string"):
-            if kind in types:
-                return {"boolean": "flag", "string": "text"}.get(kind, kind)
+        elif len(types - {"null"}) == 1:
+            one = next(iter(types - {"null"}))
+            if one in ("boolean", "number", "integer", "string"):
+                return {"boolean": "flag", "string": "text"}.get(one, one)
         raise ValueError(f"the result schema has a part the controller cannot read: {s}")
+
+    def check_readable(self, loc: str = "", s: dict[str, Any] | None = None) -> None:
+        """Every part the controller reads has a kind: a schema it cannot read fails when
+        loaded, not on some node's result."""
+        named = ITEM_NAMES.get(loc, ("",))[0]
+        for key, sub, at in self.fields(loc, self.root if s is None else s):
+            if at in AS_TEXT_OF_ANYTHING or at in PASSED_WHOLE or key == named:
+                continue
+            kind, sub = self.kind_at(at, sub, READINGS.get(at, _PLAIN)), self.resolve(sub)
+            if kind in ("records", "record"):
+                self.check_readable(f"{at}[]" if kind == "records" else at,
+                                    sub["items"] if kind == "records" else sub)
+            elif kind == "map":
+                self.kind_at(f"{at}{{}}", sub["additionalProperties"], _PLAIN)
 
 
 @cache
 def _node_schema() -> ResultSchema:
-    return ResultSchema(load_schema())
+    schema = ResultSchema(load_schema())
+    schema.check_readable()
+    return schema
 
 
 def _enum(loc: str) -> tuple[str, ...]:
@@ -276,14 +295,15 @@ class _Reader:
                 p.add(place, f"is {_kind(v)}, not a boolean{rd.unreadable_note}")
                 return rd.unreadable
             return v
-        if kind == "number":
+        if kind in ("number", "integer"):
             if v is _MISSING:
                 return rd.default
             if isinstance(v, bool) or not isinstance(v, int | float) or not is_scalar(v) \
-                    or v < s.get("minimum", -math.inf):
-                p.add(place, f"is not a number of {rd.noun}" if rd.noun else "is not a number")
+                    or v < s.get("minimum", -math.inf) \
+                    or (kind == "integer" and not float(v).is_integer()):
+                p.add(place, f"is not a number of {rd.noun}" if rd.noun else f"is not {kind}")
                 return rd.unreadable
-            return float(v)
+            return float(v) if kind == "number" else v
         if kind == "scalar":
             return self.scalar(None if v is _MISSING else v, place, rd)
         if kind == "texts":

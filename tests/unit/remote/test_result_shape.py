@@ -270,6 +270,7 @@ def test_the_controller_reads_what_the_node_s_schema_says_with_no_edit_of_its_ow
     result["checks"][0].update(status="waived", retries=2)
     result["checks"][0]["measurements"][0]["raw"] = "0x1f"
     assert check_result(result, schema) == []  # the node writes it under the new schema
+    ResultSchema(schema).check_readable()
     problems: list[str] = []
     out = conform_with(ResultSchema(schema), result, problems)
     assert problems == []
@@ -291,6 +292,19 @@ def test_the_controller_reads_what_the_node_s_schema_says_with_no_edit_of_its_ow
     assert out["rack_slot"] is None and out["firmware_digest"] is None
     # the controller's own copy of the schema has none of them: they are not read
     assert "rack_slot" not in conform_result(result, [])
+
+
+def test_a_schema_part_the_controller_cannot_read_fails_when_loaded():
+    # not on some node's result later: a shape the reader has no reading for is refused
+    from rackready.remote.result_shape import ResultSchema
+    from validation.result_schema import load_schema
+
+    ResultSchema(load_schema()).check_readable()
+    schema = copy.deepcopy(load_schema())
+    schema["$defs"]["measurement"]["properties"]["samples"] = {
+        "type": "array", "items": {"type": "number"}}
+    with pytest.raises(ValueError, match="cannot read"):
+        ResultSchema(schema).check_readable()
 
 
 def test_a_resumed_run_s_result_conforms_with_its_resume_times():
