@@ -93,6 +93,7 @@ HELD_PATTERNS = {"sha256": "a SHA-256 digest"}
 READINGS: dict[str, Reading] = {
     "checks[].status": Reading(also=("interrupted",)),  # a check a rebuilt run saw start
     "outcome": Reading(also=("PARTIAL",)),  # the controller's own, a narrowed run's
+    # a report never claims real hardware on a flag it cannot read
     "simulated": Reading(default=False, unreadable=True, unreadable_note="; read as simulated"),
     "only": Reading(whole_or_null=True, noun="check names"),
     "resumed_at": Reading(when_present=True),

@@ -206,6 +206,13 @@ class ResultSchema:
                 return {"boolean": "flag", "string": "text"}.get(one, one)
         raise ValueError(f"the result schema has a part the controller cannot read: {s}")
 
+    def held_enum(self, loc: str) -> tuple[str, ...]:
+        """An enum the controller holds: the schema's values, then what it adds (after
+        check_readable, which finds every place)."""
+        parent = loc.rpartition(".")[0]
+        sub = next(sub for _, sub, at in self.fields(parent, {}) if at == loc)
+        return (*self.resolve(sub)["enum"], *READINGS[loc].also)
+
     def check_readable(self, loc: str = "", s: dict[str, Any] | None = None) -> None:
         """Every part the controller reads has a kind: a schema it cannot read fails when
         loaded, not on some node's result."""
@@ -228,18 +235,8 @@ def _node_schema() -> ResultSchema:
     return schema
 
 
-def _enum(loc: str) -> tuple[str, ...]:
-    """A held enum: the schema's values, then what the controller adds (the overlay)."""
-    path = loc.replace("checks[].", "checks.items.").split(".")
-    s = _node_schema().root
-    for key in path:
-        s = _node_schema().resolve(s)
-        s = s["items"] if key == "items" else s["properties"][key]
-    return (*_node_schema().resolve(s)["enum"], *READINGS[loc].also)
-
-
-CHECK_STATUSES = _enum("checks[].status")
-OUTCOMES = _enum("outcome")
+CHECK_STATUSES = _node_schema().held_enum("checks[].status")
+OUTCOMES = _node_schema().held_enum("outcome")
 
 
 class _Reader:
