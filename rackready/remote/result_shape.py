@@ -10,65 +10,41 @@ Each replacement is recorded as a problem starting with MALFORMED, and the contr
 then judges the node INCOMPLETE (rackready.decide.outcome._decide). One node's bad data never
 stops the judging or the reports of the others, and never reads as a pass.
 
-Keys the controller does not read (the node's own verdicts and thresholds) are dropped:
-the controller judges against its own copy of the profile.
+What is read is the node's own schema (validation/schema/result.schema.json): its keys,
+their types, the enums and digest patterns the controller holds. A key the schema gains is
+read with no edit here. Where the controller reads otherwise (rebuilt runs, repairs, caps,
+the node's verdicts dropped) is rackready.remote.result_overlay, and nowhere else.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from functools import cache
 from typing import Any, overload
 
+from rackready.remote.result_overlay import (
+    AS_TEXT_OF_ANYTHING,
+    DROPPED,
+    HELD_PATTERNS,
+    ITEM_CAPS,
+    ITEM_NAMES,
+    PASSED_WHOLE,
+    READINGS,
+    UNLISTED_AS_IS,
+    VALUE_BOUND,
+    Reading,
+    ResultCaps,
+)
 from rackready.sanitize import one_line
+from validation.result_schema import load_schema
+
+__all__ = ["CAPS", "CHECK_STATUSES", "MALFORMED", "OUTCOMES", "VALUE_BOUND", "ResultCaps",
+           "ResultSchema", "conform_result", "conform_with", "is_scalar"]
 
 MALFORMED = "result.json malformed"
-CHECK_STATUSES = ("ok", "skipped", "error", "timeout", "interrupted")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_TEXT_KEYS = ("run_id", "node", "hostname", "profile", "level", "started", "finished",
-              "nonce")
-OUTCOMES = ("PASS", "FAIL", "INCOMPLETE", "PARTIAL")
 _MAX_DETAILS = 5  # problems named one by one; the rest are counted
-# No figure a node measures comes near 1e18 in its unit (bytes, FLOP/s in TFLOPS, counts,
-# seconds); past it a value is a lie or an overflow that every renderer, canonical form
-# and statistic would have to survive. The report schema bounds its numbers by the same.
-VALUE_BOUND = 1e18
-
-
-@dataclass(frozen=True)
-class ResultCaps:
-    """How much one node's result may hold: bytes are capped by the fetch, counts here.
-
-    Past a cap the rest is dropped (a text cut) and named as a MALFORMED problem, so the
-    node is INCOMPLETE and the judge and reports only ever see a bounded result. Measured
-    on tests/fixtures/h200x2-quick-result.json.gz (2 GPUs, quick): 27 checks, 677
-    measurements, 264 in one check (gemm_burnin), at most 7 labels, the longest text 331
-    characters, the longest check message 49; an 8-GPU standard run holds a few thousand
-    measurements. Each cap is 10-100x that. What the reports cost per measurement
-    (about 0.5 ms and 6 KB of memory for the JSON reports alone) is why the total is not
-    higher: 100 000 measurements take about a minute and well under a GB.
-    """
-
-    checks: int = 500
-    measurements_per_check: int = 50_000
-    measurements: int = 100_000  # all checks together
-    labels: int = 32  # per measurement
-    text_chars: int = 1024  # a check or metric name, unit, label key or value, version
-    message_chars: int = 16 << 10  # a check's message
-    events: int = 200_000  # events streamed live, or read back from events.jsonl
-    json_values: int = 4_000_000  # values one result.json may parse into (bounds memory)
-    # the live stream, capped like result.json: its events together hold at most
-    # json_values values; one event at most event_values (counted as commas and brackets:
-    # the fixture's largest check_finished, gemm_burnin's 264 measurements, holds 2 361;
-    # 26 lab runs of 8 simulated GPUs, quick and standard: at most 5 844 in one event,
-    # 60 542 in all; a 1 MiB line of real measurements about 60 000), nested at most event_depth
-    # containers (a real one: 5), no text (nor key) longer than message_chars
-    event_values: int = 100_000
-    event_depth: int = 16
-
-
-CAPS = ResultCaps()
+CAPS = ResultCaps()  # read at each call: a test may narrow them
 
 
 class _Problems:
@@ -143,87 +119,6 @@ def _text(v: Any, where: str, p: _Problems, default: str | None = None,
     return default
 
 
-def _object(data: dict[str, Any], key: str, p: _Problems) -> dict[str, Any]:
-    """data[key] when it is an object; {} when absent or (said as a problem) not one."""
-    v = data.get(key)
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        p.add(key, f"is {_kind(v)}, not an object")
-        return {}
-    return v
-
-
-def _labels(v: Any, where: str, p: _Problems) -> dict[str, str]:
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        p.add(where, f"is {_kind(v)}, not an object")
-        return {}
-    if len(v) > p.caps.labels:
-        p.over("labels", where, f"has {len(v)} labels, over the cap of {p.caps.labels}; "
-                                "the rest dropped")
-    out = {}
-    for k, x in list(v.items())[: p.caps.labels]:
-        if x is not None and is_scalar(x):
-            key = p.cut(k, f"{where} key {_name(k)}")
-            out[key] = p.cut(str(x), f"{where}.{_name(k)}")
-        else:
-            p.add(f"{where}.{_name(k)}", f"is {_kind(x)}, not a label value")
-    return out
-
-
-def _measurement(m: Any, where: str, p: _Problems) -> dict[str, Any] | None:
-    if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
-        p.add(where, "has no metric name")
-        return None
-    value = m.get("value")
-    if not is_scalar(value):
-        p.add(f"{where}.value", f"is {_kind(value)}, not a number, text, boolean or null")
-        value = None
-    if isinstance(value, str):
-        value = p.cut(value, f"{where}.value")
-    elif isinstance(value, int | float) and not isinstance(value, bool) \
-            and abs(value) > VALUE_BOUND:
-        p.add(f"{where}.value", f"{_shown(value)} is beyond +-{VALUE_BOUND:g}, no figure a "
-                                "node measures; read as not measured")
-        value = None
-    return {
-        "name": p.cut(m["name"], f"{where}.name"),
-        "value": value,
-        "unit": _text(m.get("unit"), f"{where}.unit", p, "") or "",
-        "labels": _labels(m.get("labels"), f"{where}.labels", p),
-        "artifact": _text(m.get("artifact"), f"{where}.artifact", p),
-    }
-
-
-def _check(c: Any, where: str, p: _Problems) -> dict[str, Any] | None:
-    if not isinstance(c, dict) or not isinstance(c.get("check"), str) or not c["check"]:
-        p.add(where, "has no check name")
-        return None
-    where = f"checks[{_name(c['check'])}]"
-    name = p.cut(c["check"], where)
-    if c.get("status") not in CHECK_STATUSES:
-        p.add(f"{where}.status", f"{_name(repr(c.get('status')))} is not one of "
-                                 f"{', '.join(CHECK_STATUSES)}")
-        return None
-    dur = c.get("duration_s", 0.0)
-    if isinstance(dur, bool) or not isinstance(dur, int | float) or not is_scalar(dur) or dur < 0:
-        p.add(f"{where}.duration_s", "is not a number of seconds")
-        dur = 0.0
-    raw_ms = c.get("measurements", [])
-    if not isinstance(raw_ms, list):
-        p.add(f"{where}.measurements", f"is {_kind(raw_ms)}, not a list")
-        raw_ms = []
-    raw_ms = _capped(raw_ms, f"{where}.measurements", p)
-    ms = [m for i, raw in enumerate(raw_ms)
-          if (m := _measurement(raw, f"{where}.measurements[{i}]", p)) is not None]
-    needs = _texts(c.get("needs", []), f"{where}.needs", "needs", p, "names")
-    message = _text(c.get("message"), f"{where}.message", p, "", p.caps.message_chars)
-    return {"check": name, "status": c["status"], "duration_s": float(dur),
-            "measurements": ms, "message": message or "", "needs": needs}
-
-
 def _texts(v: Any, where: str, cap: str, p: _Problems, noun: str = "text") -> list[str]:
     """A list of short texts (a check's needs, a resumed run's resume times): what is not
     text is left out, and past the labels cap the rest is dropped; either is a problem."""
@@ -249,63 +144,294 @@ def _capped(raw_ms: list[Any], where: str, p: _Problems) -> list[Any]:
     return raw_ms
 
 
+_MISSING: Any = object()  # a key the result does not have (a rebuilt run lacks many)
+_OMIT: Any = object()  # a key left out of what is read
+_DROP: Any = object()  # a list item left out (its name or a held enum unreadable)
+_PLAIN = Reading()  # where the controller reads as the schema says
+
+
+class ResultSchema:
+    """The node's schema, as the controller reads it: $refs resolved, and what kind of
+    reading each part takes (from its type; the overlay where the controller differs)."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.root = schema
+        self.kinds: dict[str, str] = {}
+        self.keys: dict[str, list[tuple[str, dict[str, Any], str]]] = {}
+        defs = schema.get("$defs", {})
+        self.patterns = {defs[name]["pattern"]: noun for name, noun in HELD_PATTERNS.items()}
+
+    def resolve(self, s: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in s:
+            s = self.root["$defs"][s["$ref"].removeprefix("#/$defs/")]
+        return s
+
+    def said(self, s: dict[str, Any]) -> str:
+        """What a part of a held pattern is called in a problem ("a SHA-256 digest")."""
+        return self.patterns[self.resolve(s)["pattern"]]
+
+    def fields(self, loc: str, s: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+        """An object's keys the controller reads, their schemas and places, once per place."""
+        if loc not in self.keys:
+            self.keys[loc] = [(key, sub, f"{loc}.{key}" if loc else key)
+                              for key, sub in self.resolve(s)["properties"].items()
+                              if loc or key not in DROPPED]
+        return self.keys[loc]
+
+    def kind_at(self, loc: str, s: dict[str, Any], rd: Reading) -> str:
+        """kind, once per place (a result holds thousands of measurements)."""
+        if loc not in self.kinds:
+            self.kinds[loc] = self.kind(s, rd)
+        return self.kinds[loc]
+
+    def kind(self, s: dict[str, Any], rd: Reading) -> str:
+        s = self.resolve(s)
+        types = s.get("type", [])
+        types = {types} if isinstance(types, str) else set(types)
+        if "enum" in s:
+            return "enum" if rd.also else "text"  # an enum the controller does not hold
+        if s.get("pattern") in self.patterns:
+            return "digest"
+        if {"number", "string", "boolean"} <= types:
+            return "scalar"
+        if "array" in types:
+            items = self.resolve(s.get("items", {})).get("type")
+            if items in ("object", "string"):
+                return "records" if items == "object" else "texts"
+        elif "object" in types:  # keys of its own, or any keys of one schema
+            return "map" if isinstance(s.get("additionalProperties"), dict) else "record"
+        elif len(types - {"null"}) == 1:
+            one = next(iter(types - {"null"}))
+            if one in ("boolean", "number", "integer", "string"):
+                return {"boolean": "flag", "string": "text"}.get(one, one)
+        raise ValueError(f"the result schema has a part the controller cannot read: {s}")
+
+    def held_enum(self, loc: str) -> tuple[str, ...]:
+        """An enum the controller holds: the schema's values, then what it adds (after
+        check_readable, which finds every place)."""
+        parent = loc.rpartition(".")[0]
+        sub = next(sub for _, sub, at in self.fields(parent, {}) if at == loc)
+        return (*self.resolve(sub)["enum"], *READINGS[loc].also)
+
+    def check_readable(self, loc: str = "", s: dict[str, Any] | None = None) -> None:
+        """Every part the controller reads has a kind: a schema it cannot read fails when
+        loaded, not on some node's result."""
+        named = ITEM_NAMES.get(loc, ("",))[0]
+        for key, sub, at in self.fields(loc, self.root if s is None else s):
+            if at in AS_TEXT_OF_ANYTHING or at in PASSED_WHOLE or key == named:
+                continue
+            kind, sub = self.kind_at(at, sub, READINGS.get(at, _PLAIN)), self.resolve(sub)
+            if kind in ("records", "record"):
+                self.check_readable(f"{at}[]" if kind == "records" else at,
+                                    sub["items"] if kind == "records" else sub)
+            elif kind == "map":
+                self.kind_at(f"{at}{{}}", sub["additionalProperties"], _PLAIN)
+
+
+@cache
+def _node_schema() -> ResultSchema:
+    schema = ResultSchema(load_schema())
+    schema.check_readable()
+    return schema
+
+
+CHECK_STATUSES = _node_schema().held_enum("checks[].status")
+OUTCOMES = _node_schema().held_enum("outcome")
+
+
+class _Reader:
+    def __init__(self, schema: ResultSchema, p: _Problems) -> None:
+        self.schema, self.p = schema, p
+
+    def record(self, s: dict[str, Any], v: dict[str, Any], where: str, loc: str,
+               named: str | None = None, named_at: str = "") -> dict[str, Any] | None:
+        """An object of the schema's properties, in the schema's order; None when a held
+        enum of a list item cannot be read (the item is left out)."""
+        out: dict[str, Any] = {}
+        for key, sub, at in self.schema.fields(loc, s):
+            place = f"{where}.{key}" if where else key
+            if key == named:  # the item's name, checked before: only cut
+                out[key] = self.p.cut(v[key], named_at or place)
+                continue
+            got = self.read(sub, v.get(key, _MISSING), place, at, in_item=bool(loc))
+            if got is _DROP:
+                return None
+            if got is not _OMIT:
+                out[key] = got
+        return out
+
+    def read(self, s: dict[str, Any], v: Any, place: str, loc: str, in_item: bool) -> Any:
+        p, rd = self.p, READINGS.get(loc, _PLAIN)
+        if loc in AS_TEXT_OF_ANYTHING:
+            return None if v is _MISSING or v is None else str(v)
+        if loc in PASSED_WHOLE:
+            return self.object(v, place)
+        kind = self.schema.kind_at(loc, s, rd)
+        s = self.schema.resolve(s)
+        if kind == "text":
+            limit = p.caps.message_chars if rd.message else None
+            return _text(None if v is _MISSING else v, place, p, rd.default, limit)
+        if kind == "enum":
+            allowed = (*s["enum"], *rd.also)
+            if v not in allowed and (in_item or v not in (None, _MISSING)):
+                shown = repr(None if v is _MISSING else v)
+                p.add(place, f"{_name(shown)} is not one of {', '.join(allowed)}")
+                return _DROP if in_item else None
+            return None if v is _MISSING else v
+        if kind == "digest":
+            if v is _MISSING or v is None:
+                return None
+            if self.digest(s, v):
+                return v
+            p.add(place, f"is not {self.schema.said(s)}")
+            return None
+        if kind == "flag":
+            if v is _MISSING:
+                return rd.default
+            if not isinstance(v, bool):
+                p.add(place, f"is {_kind(v)}, not a boolean{rd.unreadable_note}")
+                return rd.unreadable
+            return v
+        if kind in ("number", "integer"):
+            if v is _MISSING:
+                return rd.default
+            if isinstance(v, bool) or not isinstance(v, int | float) or not is_scalar(v) \
+                    or v < s.get("minimum", -math.inf) \
+                    or (kind == "integer" and not float(v).is_integer()):
+                p.add(place, f"is not a number of {rd.noun}" if rd.noun else f"is not {kind}")
+                return rd.unreadable
+            return float(v) if kind == "number" else v
+        if kind == "scalar":
+            return self.scalar(None if v is _MISSING else v, place, rd)
+        if kind == "texts":
+            return self.texts(v, place, loc, rd)
+        if kind == "records":
+            return self.records(s, v, place, loc)
+        if kind == "record":
+            return self.record(s, self.object(v, place), place, loc)
+        return self.map(s, v, place, loc, rd)
+
+    def digest(self, s: dict[str, Any], v: Any) -> bool:
+        return isinstance(v, str) and re.search(self.schema.resolve(s)["pattern"], v) is not None
+
+    def scalar(self, v: Any, place: str, rd: Reading) -> Any:
+        p = self.p
+        if not is_scalar(v):
+            p.add(place, f"is {_kind(v)}, not {rd.noun or 'a number, text, boolean or null'}")
+            return None
+        if isinstance(v, str):
+            return p.cut(v, place)
+        if rd.bounded and isinstance(v, int | float) and not isinstance(v, bool) \
+                and abs(v) > VALUE_BOUND:
+            p.add(place, f"{_shown(v)} is beyond +-{VALUE_BOUND:g}, no figure a node "
+                         "measures; read as not measured")
+            return None
+        return v
+
+    def texts(self, v: Any, place: str, loc: str, rd: Reading) -> Any:
+        key = loc.rsplit(".", 1)[-1]
+        if rd.when_present and (v is _MISSING or v is None):
+            return _OMIT
+        if rd.whole_or_null:
+            if v is _MISSING or v is None:
+                return None
+            if isinstance(v, list) and all(isinstance(x, str) for x in v):
+                return v
+            self.p.add(place, f"is not a list of {rd.noun}")
+            return None
+        return _texts([] if v is _MISSING else v, place, key, self.p, rd.noun or "text")
+
+    def object(self, v: Any, place: str) -> dict[str, Any]:
+        """v when it is an object; {} when absent or (said as a problem) not one."""
+        if v is _MISSING or v is None:
+            return {}
+        if not isinstance(v, dict):
+            self.p.add(place, f"is {_kind(v)}, not an object")
+            return {}
+        return v
+
+    def map(self, s: dict[str, Any], v: Any, place: str, loc: str, rd: Reading
+            ) -> dict[str, Any]:
+        """An object of any keys, each value read by additionalProperties; a wrong entry
+        is left out."""
+        p, entries = self.p, self.object(v, place)
+        values = s["additionalProperties"]
+        kind = self.schema.kind_at(f"{loc}{{}}", values, _PLAIN)
+        if rd.counted and len(entries) > p.caps.labels:
+            p.over("labels", place, f"has {len(entries)} labels, over the cap of "
+                                    f"{p.caps.labels}; the rest dropped")
+        out: dict[str, Any] = {}
+        for k, x in list(entries.items())[: p.caps.labels] if rd.counted else entries.items():
+            shown = _name(k)
+            at = f"{place}[{shown}]" if rd.bracketed else f"{place}.{shown}"
+            if kind == "digest":
+                if not self.digest(values, x):
+                    p.add(at, f"is not {self.schema.said(values)}")
+                    continue
+                got = x
+            elif kind == "text" and rd.stringified:
+                if x is None or not is_scalar(x):
+                    p.add(at, f"is {_kind(x)}, not {rd.noun}")
+                    continue
+                got = p.cut(str(x), at)
+            elif kind == "scalar":
+                if not is_scalar(x):
+                    p.add(at, f"is {_kind(x)}, not {rd.noun or 'a scalar'}")
+                    continue
+                got = p.cut(x, at) if isinstance(x, str) else x
+            else:
+                got = self.read(values, x, at, f"{loc}{{}}", in_item=False)
+            out[p.cut(k, f"{place} key {shown}") if rd.counted else k] = got
+        return out
+
+    def records(self, s: dict[str, Any], v: Any, place: str, loc: str) -> Any:
+        """A list of objects of one schema (checks, measurements), capped; an item without
+        its name is left out."""
+        p = self.p
+        if not isinstance(v, list):
+            if loc in UNLISTED_AS_IS:
+                return None if v is _MISSING else v
+            if v is not _MISSING:
+                p.add(place, f"is {_kind(v)}, not a list")
+            v = []
+        cap = ITEM_CAPS.get(loc)
+        if cap == "measurements_per_check":
+            v = _capped(v, place, p)
+        elif cap is not None:
+            limit = getattr(p.caps, cap)
+            if len(v) > limit:
+                p.over(cap, place, f"has {len(v)} entries, over the cap of {limit}; "
+                                   "the rest dropped")
+            v = v[:limit]
+        item_loc = f"{loc}[]"
+        key, noun, named_by_it = ITEM_NAMES[item_loc]
+        out = []
+        for i, raw in enumerate(v):
+            where = f"{place}[{i}]"
+            if not isinstance(raw, dict) or not isinstance(raw.get(key), str) or not raw[key]:
+                p.add(where, f"has no {noun}")
+                continue
+            if named_by_it:
+                where = f"{place}[{_name(raw[key])}]"
+            got = self.record(s["items"], raw, where, item_loc, named=key,
+                              named_at=where if named_by_it else "")
+            if got is not None:
+                out.append(got)
+        return out
+
+
 def conform_result(data: dict[str, Any], problems: list[str],
                    caps: ResultCaps | None = None) -> dict[str, Any]:
     """The result in the controller's shape; what had to be replaced goes to `problems`.
     caps: the counts it may hold (CAPS when not given)."""
+    return conform_with(_node_schema(), data, problems, caps)
+
+
+def conform_with(schema: ResultSchema, data: dict[str, Any], problems: list[str],
+                 caps: ResultCaps | None = None) -> dict[str, Any]:
+    """conform_result under a given schema (a test shows a key the schema gains is read)."""
     p = _Problems(caps or CAPS)
-    out: dict[str, Any] = {"schema_version": None if data.get("schema_version") is None
-                           else str(data["schema_version"])}
-    for key in _TEXT_KEYS:
-        out[key] = _text(data.get(key), key, p)
-    # a resumed run's: one time per resume (absent on a run that never stopped)
-    if data.get("resumed_at") is not None:
-        out["resumed_at"] = _texts(data["resumed_at"], "resumed_at", "resumed_at", p)
-    claimed = data.get("outcome")
-    if claimed is not None and claimed not in OUTCOMES:
-        p.add("outcome", f"{_name(repr(claimed))} is not one of {', '.join(OUTCOMES)}")
-        claimed = None
-    out["outcome"] = claimed
-    sim = data.get("simulated", False)
-    if not isinstance(sim, bool):
-        p.add("simulated", f"is {_kind(sim)}, not a boolean; read as simulated")
-        sim = True  # a report never claims real hardware on a flag it cannot read
-    out["simulated"] = sim
-    digest = data.get("bundle_sha256")
-    if digest is not None and not (isinstance(digest, str) and _SHA256.match(digest)):
-        p.add("bundle_sha256", "is not a SHA-256 digest")
-        digest = None
-    out["bundle_sha256"] = digest
-    only = data.get("only")
-    if only is not None and not (isinstance(only, list) and all(isinstance(c, str) for c in only)):
-        p.add("only", "is not a list of check names")
-        only = None
-    out["only"] = only
-    out["scope"] = _object(data, "scope", p)
-    out["tool_versions"] = {}
-    for k, v in _object(data, "tool_versions", p).items():
-        if is_scalar(v):
-            out["tool_versions"][k] = p.cut(v, f"tool_versions.{_name(k)}") \
-                if isinstance(v, str) else v
-        else:
-            p.add(f"tool_versions.{_name(k)}", f"is {_kind(v)}, not a version")
-    out["inventory"] = _object(data, "inventory", p)
-    out["artifacts"] = {}
-    arts = _object(data, "artifacts", p)
-    for rel, digest in arts.items():
-        if isinstance(digest, str) and _SHA256.match(digest):
-            out["artifacts"][rel] = digest
-        else:
-            p.add(f"artifacts[{_name(rel)}]", "is not a SHA-256 digest")
-    checks = data.get("checks")
-    if not isinstance(checks, list):
-        # judging says it once ("result.json has no list of checks"); nothing to conform
-        out["checks"] = checks
-    else:
-        if len(checks) > p.caps.checks:
-            p.over("checks", "checks", f"has {len(checks)} entries, over the cap of "
-                                       f"{p.caps.checks}; the rest dropped")
-        out["checks"] = [c for i, raw in enumerate(checks[: p.caps.checks])
-                         if (c := _check(raw, f"checks[{i}]", p)) is not None]
+    out = _Reader(schema, p).record(schema.root, data, "", "")
+    assert out is not None  # only a list item is ever left out
     problems.extend(p.lines())
     return out

@@ -249,32 +249,62 @@ def test_a_result_of_countless_tiny_values_is_refused_before_parsing(tmp_path, m
                             "per file))"]
 
 
-def test_what_the_node_s_schema_allows_the_controller_reads_as_well_formed():
-    # The node writes result.json to validation/schema/result.schema.json; the controller
-    # conforms it with its own hand checks (it must also read runs rebuilt from events).
-    # A status, outcome or digest form the schema gains and the controller lacks would
-    # make every healthy node INCOMPLETE: the two must move together.
-    from rackready.remote import result_shape
+def test_the_controller_reads_what_the_node_s_schema_says_with_no_edit_of_its_own():
+    # The reader is derived from validation/schema/result.schema.json (its differences:
+    # rackready.remote.result_overlay). A key, a status or a record field the schema gains
+    # is read by the controller as the schema types it; nothing else is edited.
+    from rackready.remote.result_shape import CHECK_STATUSES, ResultSchema, conform_with
+    from validation.result_schema import check_result, load_schema
+
+    schema = copy.deepcopy(load_schema())
+    statuses = schema["$defs"]["checkResult"]["properties"]["status"]["enum"]
+    assert (*statuses, "interrupted") == CHECK_STATUSES  # what a rebuilt run adds
+    schema["properties"]["rack_slot"] = {"type": ["string", "null"]}
+    schema["properties"]["firmware_digest"] = {"$ref": "#/$defs/sha256"}
+    schema["$defs"]["checkResult"]["properties"]["status"]["enum"].append("waived")
+    schema["$defs"]["checkResult"]["properties"]["retries"] = {"type": "number", "minimum": 0}
+    schema["$defs"]["measurement"]["properties"]["raw"] = {"$ref": "#/$defs/scalar"}
+    result = json.loads(gzip.decompress(REAL_RESULT.read_bytes()))
+    result["rack_slot"] = "U12"
+    result["firmware_digest"] = "ab" * 32
+    result["checks"][0].update(status="waived", retries=2)
+    result["checks"][0]["measurements"][0]["raw"] = "0x1f"
+    assert check_result(result, schema) == []  # the node writes it under the new schema
+    ResultSchema(schema).check_readable()
+    problems: list[str] = []
+    out = conform_with(ResultSchema(schema), result, problems)
+    assert problems == []
+    assert out["rack_slot"] == "U12" and out["firmware_digest"] == "ab" * 32
+    first = out["checks"][0]
+    assert first["status"] == "waived" and first["retries"] == 2.0
+    assert first["measurements"][0]["raw"] == "0x1f"
+    # a new part sent wrong is named, as precisely as any other, and read as what cannot pass
+    result["rack_slot"] = {"row": 3}
+    result["firmware_digest"] = "not hex"
+    result["checks"][0]["measurements"][0]["raw"] = [1]
+    out = conform_with(ResultSchema(schema), result, problems)
+    name = result["checks"][0]["check"]
+    assert problems == [  # in the schema's order: the new keys come after the checks
+        f"{MALFORMED}: checks[{name}].measurements[0].raw is a list, not a number, text, "
+        "boolean or null",
+        f"{MALFORMED}: rack_slot is an object, not text",
+        f"{MALFORMED}: firmware_digest is not a SHA-256 digest"]
+    assert out["rack_slot"] is None and out["firmware_digest"] is None
+    # the controller's own copy of the schema has none of them: they are not read
+    assert "rack_slot" not in conform_result(result, [])
+
+
+def test_a_schema_part_the_controller_cannot_read_fails_when_loaded():
+    # not on some node's result later: a shape the reader has no reading for is refused
+    from rackready.remote.result_shape import ResultSchema
     from validation.result_schema import load_schema
 
-    schema = load_schema()
-    defs = schema["$defs"]
-    assert set(defs["checkResult"]["properties"]["status"]["enum"]) <= \
-        set(result_shape.CHECK_STATUSES)
-    assert set(schema["properties"]["outcome"]["enum"]) <= set(result_shape.OUTCOMES)
-    assert defs["sha256"]["pattern"] == result_shape._SHA256.pattern
-    assert schema["properties"]["bundle_sha256"]["pattern"] == result_shape._SHA256.pattern
-    text_keys = [k for k in result_shape._TEXT_KEYS if k in schema["properties"]]
-    for key in text_keys:  # what the controller reads as text the schema holds as text
-        prop = schema["properties"][key]
-        if "$ref" in prop:
-            prop = defs[prop["$ref"].rsplit("/", 1)[1]]
-        if "enum" in prop:
-            assert all(isinstance(v, str) for v in prop["enum"]), key
-        else:
-            kinds = prop["type"]
-            assert "string" in ([kinds] if isinstance(kinds, str) else kinds), key
-    assert len(text_keys) == len(result_shape._TEXT_KEYS)
+    ResultSchema(load_schema()).check_readable()
+    schema = copy.deepcopy(load_schema())
+    schema["$defs"]["measurement"]["properties"]["samples"] = {
+        "type": "array", "items": {"type": "number"}}
+    with pytest.raises(ValueError, match="cannot read"):
+        ResultSchema(schema).check_readable()
 
 
 def test_a_resumed_run_s_result_conforms_with_its_resume_times():
