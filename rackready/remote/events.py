@@ -11,7 +11,7 @@ from typing import Any
 
 from rackready.remote import result_shape
 from rackready.remote.nodelog import NodeLog
-from rackready.remote.records import Limits, SessionOutcome
+from rackready.remote.records import Limits, NodeEvent, SessionOutcome
 from rackready.remote.runner import Fail, Stop, size_text
 from rackready.sanitize import one_line, replace_surrogates_in
 
@@ -22,7 +22,7 @@ class EventSink:
     node's log)."""
 
     def __init__(self, events: Path, limits: Limits, out: SessionOutcome, log: NodeLog,
-                 on_event: Callable[[dict], None]) -> None:
+                 on_event: Callable[[NodeEvent], None]) -> None:
         self.limits = limits
         self.out = out
         self.log = log

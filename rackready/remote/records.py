@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from rackready.remote.result_shape import CAPS
+
+# One event line of the node's, parsed: a JSON object whose known fields
+# rackready.remote.events.event_problem has checked; the rest is the node's (untrusted).
+NodeEvent: TypeAlias = dict[str, Any]
 
 # Whole-session deadline per validation level (the suite's own check timeouts sit inside).
 LEVEL_DEADLINES: dict[str, float] = {"quick": 600.0, "standard": 1800.0, "burnin": 12 * 3600.0}

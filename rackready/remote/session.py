@@ -68,6 +68,7 @@ from rackready.remote.nodelog import NodeLog
 from rackready.remote.records import (
     LEVEL_DEADLINES,
     Limits,
+    NodeEvent,
     NodeFiles,
     SessionError,
     SessionOutcome,
@@ -86,7 +87,7 @@ from rackready.remote.slurm import SlurmLaunch
 from rackready.sanitize import one_line
 
 # the session's records live in records (its parts take them); callers name them here
-__all__ = ["LEVEL_DEADLINES", "NODE_BASE", "Limits", "NodeFiles", "SessionError",
+__all__ = ["LEVEL_DEADLINES", "NODE_BASE", "Limits", "NodeEvent", "NodeFiles", "SessionError",
            "SessionOutcome", "run_on_node", "ship_bundle"]
 
 # Where the controller keeps its bundles and runs on a node (the validate and rack steps)
@@ -96,7 +97,7 @@ NODE_BASE = "/var/lib/rackready"
 def run_on_node(client: paramiko.SSHClient, node_name: str, *, bundle: tuple[bytes, str],
                 site_yaml: str, command_args: list[str], env: dict[str, str],
                 remote_base: str, run_id: str, files: NodeFiles, limits: Limits,
-                on_event: Callable[[dict], None], on_status: Callable[[str], None],
+                on_event: Callable[[NodeEvent], None], on_status: Callable[[str], None],
                 resume: bool = False, become: bool = False,
                 python: str | None = None, launch: SlurmLaunch | None = None) -> SessionOutcome:
     """Ship, verify, run and fetch on one node; see the module docstring.
@@ -143,7 +144,7 @@ class _Session:
     through, the shipper, the event sink, the fetcher and node.log."""
 
     def __init__(self, client: paramiko.SSHClient, node_name: str, files: NodeFiles,
-                 limits: Limits, on_event: Callable[[dict], None],
+                 limits: Limits, on_event: Callable[[NodeEvent], None],
                  on_status: Callable[[str], None], become: bool) -> None:
         self.client = client
         self.node = node_name
