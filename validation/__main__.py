@@ -119,7 +119,7 @@ def _one_line_error(message: str) -> NoReturn:
 
 
 def cmd_checks(_: argparse.Namespace) -> int:
-    from validation.checks.registry import all_checks
+    from validation.checks.catalog import all_checks
 
     for spec in all_checks().values():
         needs = ",".join(spec.needs) or "-"

@@ -35,7 +35,8 @@ from typing import Any
 
 from validation import budgets, procs
 from validation import judge as judge_mod
-from validation.checks.registry import CheckSpec, Context, all_checks
+from validation.checks.catalog import all_checks
+from validation.checks.registry import CheckSpec, Context
 from validation.model import CheckResult, Verdict
 from validation.profile import Profile
 

@@ -478,7 +478,7 @@ def _unmeasured(t: Threshold, results: list[CheckResult], readings: Readings,
     reason (the check is not in this run, the profile does not require what it needs, a
     probe fact the profile names, a label the level chose); otherwise it fails as not
     measured, naming the check that should have measured it."""
-    from validation.checks.registry import RACK_CHECK, measured_by
+    from validation.checks.catalog import RACK_CHECK, measured_by
 
     labels = dict(t.labels or {})
     named = component(labels)

@@ -23,8 +23,9 @@ from typing import Any, TextIO
 
 from validation import budgets, procs, result_schema, textfile
 from validation import judge as judge_mod
+from validation.checks.catalog import all_checks
 from validation.checks.health_delta import read_counters
-from validation.checks.registry import CheckSkipped, CheckSpec, Context, all_checks
+from validation.checks.registry import CheckSkipped, CheckSpec, Context
 from validation.model import SCHEMA_VERSION, CheckResult, Measurement
 from validation.profile import Profile
 from validation.resume import PreviousRun, RecordedError, counters_to_json, set_events_aside

@@ -6,34 +6,37 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from rackready.remote import result_shape
-from rackready.remote.runner import _Fail, _size, _Stop
+from rackready.remote.nodelog import NodeLog
+from rackready.remote.records import Limits, NodeEvent, SessionOutcome
+from rackready.remote.runner import Fail, Stop, size_text
 from rackready.sanitize import one_line, replace_surrogates_in
 
-if TYPE_CHECKING:  # the session feeds the sink and owns it: a type, not an import
-    from rackready.remote.session import _Session
 
+class EventSink:
+    """Splits stdout into lines and sorts them: events (appended to the events file, counted
+    in the outcome, passed to on_event), bad event lines and plain log text (into the
+    node's log)."""
 
-class _EventSink:
-    """Splits stdout into lines and sorts them: events, bad event lines, plain log text."""
-
-    def __init__(self, session: _Session) -> None:
-        self.s = session
-        self.limits = session.limits
+    def __init__(self, events: Path, limits: Limits, out: SessionOutcome, log: NodeLog,
+                 on_event: Callable[[NodeEvent], None]) -> None:
+        self.limits = limits
+        self.out = out
+        self.log = log
+        self.on_event = on_event
         self.partial = bytearray()
         self.skipping = False  # inside an over-long line
         self.bytes = 0
         self.values = 0  # JSON values in the events passed on so far (capped like a result)
-        assert session.files is not None  # a session that runs the suite writes files
-        events = session.files.events
         try:
             events.parent.mkdir(parents=True, exist_ok=True)
             self.fh = events.open("ab")
         except OSError as exc:
-            raise _Fail(f"cannot write {events} on the controller: "
-                        f"{exc.strerror}") from None
+            raise Fail(f"cannot write {events} on the controller: "
+                       f"{exc.strerror}") from None
 
     def close(self) -> None:
         self.fh.close()
@@ -41,7 +44,7 @@ class _EventSink:
     def feed(self, data: bytes) -> None:
         self.bytes += len(data)
         if self.bytes > self.limits.max_stream_bytes:
-            raise _Stop(f"sent more than {_size(self.limits.max_stream_bytes)} on stdout")
+            raise Stop(f"sent more than {size_text(self.limits.max_stream_bytes)} on stdout")
         start = 0
         while True:
             nl = data.find(b"\n", start)
@@ -68,7 +71,7 @@ class _EventSink:
     def _long(self) -> None:
         self.partial.clear()
         self.skipping = True
-        self._bad(f"a line longer than {_size(self.limits.max_line_bytes)}", b"")
+        self._bad(f"a line longer than {size_text(self.limits.max_line_bytes)}", b"")
 
     def _line(self, raw: bytes) -> None:
         text = raw.rstrip(b"\r")
@@ -76,13 +79,13 @@ class _EventSink:
         if not stripped:
             return
         if not stripped.startswith((b"{", b"[")):
-            self.s._log_text(text.decode(errors="replace") + "\n")
+            self.log.log_text(text.decode(errors="replace") + "\n")
             return
         caps = result_shape.CAPS  # read now: a test may narrow them
         # commas and brackets bound the values from above: "[{},{},...]" costs far more
         # memory parsed than its bytes, so an event over the cap is never parsed
         if _tokens(text) > caps.event_values:
-            raise _Stop(f"sent an event over the cap of {caps.event_values} values")
+            raise Stop(f"sent an event over the cap of {caps.event_values} values")
         try:
             event = json.loads(text.decode("utf-8"), parse_constant=_reject_constant,
                                parse_float=_finite_float)
@@ -95,26 +98,26 @@ class _EventSink:
         if why:
             self._bad(why, text)
             return
-        if self.s.out.events >= self.limits.max_events:
-            raise _Stop(f"sent more than {self.limits.max_events} events")
+        if self.out.events >= self.limits.max_events:
+            raise Stop(f"sent more than {self.limits.max_events} events")
         self.values += _within_caps(event, caps)
         if self.values > caps.json_values:
-            raise _Stop(f"sent events holding more than {caps.json_values} JSON values "
+            raise Stop(f"sent events holding more than {caps.json_values} JSON values "
                         f"together, over the cap of {caps.json_values} JSON values")
         self.fh.write(text + b"\n")
         self.fh.flush()  # a controller that dies keeps what arrived
-        self.s.out.events += 1
+        self.out.events += 1
         try:
-            self.s.on_event(event)
+            self.on_event(event)
         except Exception as exc:  # the event came from the node; it must not end the session
-            self.s._note_some("events the controller could not show",
+            self.log.note_some("events the controller could not show",
                               f"the controller could not show an event: "
                               f"{type(exc).__name__}: {exc}")
 
     def _bad(self, why: str, text: bytes) -> None:
-        self.s.out.bad_lines += 1
+        self.out.bad_lines += 1
         sample = one_line(text[:200].decode(errors="replace"), 200)
-        self.s._note_some("bad event lines", f"bad event line ({why}): {sample}")
+        self.log.note_some("bad event lines", f"bad event line ({why}): {sample}")
 
 
 def _tokens(text: bytes) -> int:
@@ -122,7 +125,7 @@ def _tokens(text: bytes) -> int:
 
 
 def _within_caps(event: Any, caps: result_shape.ResultCaps) -> int:
-    """The values one parsed event holds; _Stop naming the cap when it is nested deeper
+    """The values one parsed event holds; Stop naming the cap when it is nested deeper
     than event_depth or holds a text (a key too) longer than message_chars."""
     count = 0
     todo: list[tuple[Any, int]] = [(event, 1)]
@@ -133,7 +136,7 @@ def _within_caps(event: Any, caps: result_shape.ResultCaps) -> int:
             texts = [value]
         elif isinstance(value, dict | list):
             if depth > caps.event_depth:  # containers within containers, the event 1
-                raise _Stop(f"sent an event nested deeper than the cap of {caps.event_depth}")
+                raise Stop(f"sent an event nested deeper than the cap of {caps.event_depth}")
             items = value.values() if isinstance(value, dict) else value
             texts = list(value) if isinstance(value, dict) else []
             todo.extend((v, depth + 1) for v in items)
@@ -141,7 +144,7 @@ def _within_caps(event: Any, caps: result_shape.ResultCaps) -> int:
             continue
         for text in texts:
             if len(text) > caps.message_chars:
-                raise _Stop(f"sent an event with a text of {len(text)} characters, over the "
+                raise Stop(f"sent an event with a text of {len(text)} characters, over the "
                             f"cap of {caps.message_chars} characters")
     return count
 

@@ -9,30 +9,19 @@ import secrets
 import stat
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import paramiko
 from paramiko.sftp import CMD_CLOSE, CMD_HANDLE, CMD_NAME, CMD_OPENDIR, CMD_READDIR
 
-from rackready.remote.runner import _CHUNK, _Fail, _size
+from rackready.remote.records import Limits, NodeFiles, SessionOutcome
+from rackready.remote.runner import CHUNK, Fail, size_text
+from rackready.remote.sftp import Refused, open_sftp, sftp_channel, sftp_errors
 from rackready.sanitize import one_line, strip_control
-
-if TYPE_CHECKING:  # the session mixes this in and owns these: types, not imports
-    from rackready.remote.session import Limits, NodeFiles, SessionOutcome
 
 MAX_NAME_BYTES = 255  # one artifact file or directory name
 
 MAX_DEPTH = 8  # directory levels under artifacts/
-
-
-class _Refused(_Fail):
-    """The node's SFTP server refused one request (permission, missing file)."""
-
-    def __init__(self, message: str, errno_: int | None = None) -> None:
-        super().__init__(message)
-        self.errno = errno_
 
 
 class _StopWalk(Exception):
@@ -100,38 +89,14 @@ def _listdir(sftp: paramiko.SFTPClient, path: str, limit: int,
     return entries
 
 
-@contextmanager
-def _sftp_errors(verb: str, path: str, client: paramiko.SSHClient):
-    """An SFTP refusal is reported as what it is; only a dead connection is 'lost'."""
-    try:
-        yield
-    except (PermissionError, FileNotFoundError) as exc:
-        raise _Refused(f"cannot {verb} {path}: {exc.strerror or exc}", exc.errno) from None
-    except (TimeoutError, ConnectionError):
-        raise
-    except OSError as exc:
-        transport = client.get_transport()
-        if transport is not None and transport.is_active():
-            raise _Refused(f"cannot {verb} {path}: {one_line(str(exc)) or 'SFTP failure'}"
-                           ) from None
-        raise
-
-
 def _local_write(local: Path, write: Callable[..., object], *args: object) -> None:
     """A write on the controller's own disk (full, a folder where the file goes) is the
     controller's problem, said as such: never read as the node's connection being lost."""
     try:
         write(*args)
     except OSError as exc:
-        raise _Fail(f"cannot write {local} on the controller: "
+        raise Fail(f"cannot write {local} on the controller: "
                     f"{exc.strerror or type(exc).__name__}") from None
-
-
-def _channel(sftp: paramiko.SFTPClient) -> paramiko.Channel:
-    """The SFTP session's channel (paramiko types it optional; an open client has one)."""
-    channel = sftp.get_channel()
-    assert channel is not None
-    return channel
 
 
 def _kind(mode: int | None) -> str:
@@ -149,37 +114,32 @@ def _kind(mode: int | None) -> str:
     return "not a regular file"
 
 
-class _Fetching:
-    """The session's fetch of result.json and artifacts/ (mixed into the session, whose
-    fields it uses: client, files, limits, out, fetch_end, total, entries)."""
+class Fetcher:
+    """The fetch of result.json and artifacts/ into the node's files: takes the client,
+    the files, the limits, the outcome it fills (fetched, refused, result_fetched) and
+    where its notes go."""
 
-    client: paramiko.SSHClient
-    files: NodeFiles | None
-    limits: Limits
-    out: SessionOutcome
-    fetch_end: float
-    total: int
-    entries: int
+    def __init__(self, client: paramiko.SSHClient, files: NodeFiles, limits: Limits,
+                 out: SessionOutcome, note: Callable[[str], None]) -> None:
+        self.client = client
+        self.files = files
+        self.limits = limits
+        self.out = out
+        self.note = note
+        self.fetch_end = 0.0
+        self.total = 0  # bytes fetched
+        self.entries = 0  # entries listed under artifacts/
 
-    if TYPE_CHECKING:
-        def _note(self, text: str) -> None: ...
-
-    def _open_sftp(self, idle: float) -> paramiko.SFTPClient:
-        sftp = self.client.open_sftp()
-        _channel(sftp).settimeout(idle)  # a node that stops answering
-        return sftp
-
-    def _fetch(self, rout: str) -> None:
+    def fetch(self, rout: str) -> None:
         files = self.files
-        assert files is not None  # a session that runs the suite writes files
         self.fetch_end = time.monotonic() + self.limits.fetch_s
         self.total = 0
         self.entries = 0
-        sftp = self._open_sftp(self.limits.idle_s)
+        sftp = open_sftp(self.client, self.limits.idle_s)
         try:
             try:
                 self._in_time(sftp)
-                with _sftp_errors("read", f"{rout}/result.json", self.client):
+                with sftp_errors("read", f"{rout}/result.json", self.client):
                     attr = sftp.lstat(f"{rout}/result.json")
                     if not stat.S_ISREG(attr.st_mode or 0):
                         self._refuse("result.json", _kind(attr.st_mode))
@@ -187,7 +147,7 @@ class _Fetching:
                         self.out.result_fetched = self._get(
                             sftp, f"{rout}/result.json", attr, files.result,
                             "result.json", "result.json")
-            except _Refused as exc:
+            except Refused as exc:
                 if exc.errno != errno.ENOENT:  # no result.json is said by result_fetched
                     self._refuse("result.json", str(exc))
             self._walk(sftp, f"{rout}/artifacts", files.artifacts.resolve(), [], 0)
@@ -195,8 +155,8 @@ class _Fetching:
             pass  # recorded as refused
         except TimeoutError:
             if time.monotonic() >= self.fetch_end - 0.05:  # the wait was cut to the deadline
-                raise _Fail(self._fetch_late()) from None
-            raise _Fail(f"stalled: no answer for {self.limits.idle_s:g} s while fetching "
+                raise Fail(self._fetch_late()) from None
+            raise Fail(f"stalled: no answer for {self.limits.idle_s:g} s while fetching "
                         "results") from None
         finally:
             sftp.close()
@@ -209,16 +169,16 @@ class _Fetching:
         for an answer is cut to what is left of it (a slow node never stretches it)."""
         left = self.fetch_end - time.monotonic()
         if left <= 0:
-            raise _Fail(self._fetch_late())
-        _channel(sftp).settimeout(min(self.limits.idle_s, left))
+            raise Fail(self._fetch_late())
+        sftp_channel(sftp).settimeout(min(self.limits.idle_s, left))
 
     def _walk(self, sftp: paramiko.SFTPClient, remote: str, base: Path, parts: list[str],
               depth: int) -> None:
         room = self.limits.max_files - self.entries
         try:
-            with _sftp_errors("list", remote, self.client):
+            with sftp_errors("list", remote, self.client):
                 entries = _listdir(sftp, remote, room + 1, lambda: self._in_time(sftp))
-        except _Refused as exc:
+        except Refused as exc:
             self._refuse("/".join(parts) or ".", str(exc))
             return
         if entries is None:
@@ -257,7 +217,7 @@ class _Fetching:
                     continue
                 try:
                     self._get(sftp, f"{remote}/{name}", attr, local, f"artifacts/{shown}", shown)
-                except _Refused as exc:
+                except Refused as exc:
                     self._refuse(shown, str(exc))
             else:
                 self._refuse(shown, _kind(mode))
@@ -274,16 +234,16 @@ class _Fetching:
             tmp = local.with_name(f".{local.name}.part-{secrets.token_hex(4)}")
             fh = tmp.open("xb")
         except OSError as exc:
-            raise _Fail(f"cannot write {local} on the controller: {exc.strerror}") from None
+            raise Fail(f"cannot write {local} on the controller: {exc.strerror}") from None
         n = 0
         ok = False
         try:
             self._in_time(sftp)
-            with fh, _sftp_errors("read", remote, self.client), sftp.open(remote, "rb") as rf:
+            with fh, sftp_errors("read", remote, self.client), sftp.open(remote, "rb") as rf:
                 if attr.st_size:  # requests in flight together: ~100x faster than one by one
                     rf.prefetch(min(attr.st_size, cap + 1))
                 while True:
-                    chunk = rf.read(min(_CHUNK * 4, cap + 1 - n))
+                    chunk = rf.read(min(CHUNK * 4, cap + 1 - n))
                     if not chunk:
                         break
                     n += len(chunk)
@@ -303,10 +263,10 @@ class _Fetching:
 
     def _over(self, size: int) -> str:
         if size > self.limits.max_file_bytes:
-            return f"larger than the per-file cap of {_size(self.limits.max_file_bytes)}"
-        return f"over the total cap of {_size(self.limits.max_total_bytes)} per node"
+            return f"larger than the per-file cap of {size_text(self.limits.max_file_bytes)}"
+        return f"over the total cap of {size_text(self.limits.max_total_bytes)} per node"
 
     def _refuse(self, name: str, why: str, quoted: bool = False) -> None:
         shown = name if quoted else repr(name)
         self.out.refused.append(f"{one_line(shown, 120)}: {why}")
-        self._note(f"refused {shown}: {why}")
+        self.note(f"refused {shown}: {why}")

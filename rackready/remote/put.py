@@ -15,8 +15,10 @@ import shlex
 
 import paramiko
 
-from rackready.remote.runner import _Fail, _lost
-from rackready.remote.session import Limits, SessionError, _Session
+from rackready.remote.records import Limits, SessionError
+from rackready.remote.runner import Fail, lost
+from rackready.remote.shell import command_failed
+from rackready.remote.ship import quiet_shipper
 
 # a few KiB to a few hundred: seconds, not the suite's hours
 PUT_LIMITS = Limits(deadline_s=60, command_s=30, idle_s=30)
@@ -28,16 +30,16 @@ def put_file(client: paramiko.SSHClient, data: bytes, dest: str, *, become: bool
     if not posixpath.isabs(dest) or dest.endswith("/"):
         raise ValueError(f"{dest!r} is not an absolute file path")
     folder = posixpath.dirname(dest)
-    session = _Session(client, "", None, limits, lambda ev: None, lambda text: None, become)
+    shipper = quiet_shipper(client, limits, become)
     try:
         what = f"creating {folder}"
-        rc, _, err = session._exec(f"umask 022; mkdir -p -- {shlex.quote(folder)}", what)
+        rc, _, err = shipper.shell.exec(f"umask 022; mkdir -p -- {shlex.quote(folder)}", what)
         if rc:
-            raise _Fail(session._command_failed(what, rc, err))
-        session._put(data, dest)
-    except _Fail as exc:
+            raise Fail(command_failed(what, rc, err))
+        shipper.put(data, dest)
+    except Fail as exc:
         raise SessionError(str(exc)) from None
     except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise SessionError(_lost(exc)) from None
+        raise SessionError(lost(exc)) from None
     finally:
-        session._cleanup()  # the staging folder of a become upload; never raises
+        shipper.cleanup()  # the staging folder of a become upload; never raises

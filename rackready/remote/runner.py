@@ -15,16 +15,16 @@ from rackready.sanitize import one_line
 
 EXIT_GRACE_S = 2.0  # after the exit status, how long to wait for an EOF that may never come
 
-_CHUNK = 1 << 16
+CHUNK = 1 << 16
 
 _TAIL = 4 << 10  # the end of a capped stream kept beside its head (its last error line)
 
 
-class _Fail(Exception):
+class Fail(Exception):
     """Ends the session with this one-line problem."""
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """The suite must be stopped (cap or time limit); the message is the problem line."""
 
 
@@ -62,7 +62,7 @@ class _Capture:
     def feed(self, data: bytes) -> None:
         room = self.cap - len(self.head)
         if len(data) > room and self.stop:
-            raise _Stop(f"sent more than {_size(self.cap)} on {self.name}")
+            raise Stop(f"sent more than {size_text(self.cap)} on {self.name}")
         self.head += data[: max(0, room)]
         rest = data[max(0, room):]
         if rest:
@@ -74,7 +74,7 @@ class _Capture:
         if not self.dropped:
             return kept
         return (f"{kept}\n[rackready: {self.dropped} bytes of {self.name} over the cap of "
-                f"{_size(self.cap)} not kept; its end follows]\n"
+                f"{size_text(self.cap)} not kept; its end follows]\n"
                 + self.tail.decode(errors="replace"))
 
 
@@ -94,21 +94,21 @@ def run_command(client: paramiko.SSHClient, command: str, *, timeout_s: float, i
     problem = ""
     try:
         channel.exec_command(command)
-        _pump(channel, out.feed, err.feed, time.monotonic() + timeout_s, idle_s,
+        pump(channel, out.feed, err.feed, time.monotonic() + timeout_s, idle_s,
               f"no end within {timeout_s:g} s")
-        rc = _exit_status(channel)
-    except _Stop as exc:
+        rc = exit_status(channel)
+    except Stop as exc:
         rc, problem = None, str(exc)
     finally:
         channel.close()
     if not problem and err.dropped:
-        problem = f"sent more than {_size(max_stderr)} on stderr ({err.dropped} bytes not kept)"
+        problem = f"sent more than {size_text(max_stderr)} on stderr ({err.dropped} bytes not kept)"
     elif not problem and rc is None:
         problem = "the node closed the command without an exit status"
     return CommandResult(rc, out.text(), err.text(), problem)
 
 
-def _pump(channel: paramiko.Channel, on_out: Callable[[bytes], None],
+def pump(channel: paramiko.Channel, on_out: Callable[[bytes], None],
           on_err: Callable[[bytes], None], deadline: float, idle_s: float,
           deadline_msg: str) -> None:
     """Drain stdout and stderr together until the command ends (never one alone: a node
@@ -118,18 +118,18 @@ def _pump(channel: paramiko.Channel, on_out: Callable[[bytes], None],
     while True:
         got = False
         if channel.recv_ready():
-            data = channel.recv(_CHUNK)
+            data = channel.recv(CHUNK)
             if data:
                 got = True
                 on_out(data)
         if channel.recv_stderr_ready():
-            data = channel.recv_stderr(_CHUNK)
+            data = channel.recv_stderr(CHUNK)
             if data:
                 got = True
                 on_err(data)
         now = time.monotonic()
         if now >= deadline:  # checked even while data flows: a flooding node ends too
-            raise _Stop(deadline_msg)
+            raise Stop(deadline_msg)
         if got:
             last = now
             continue
@@ -142,7 +142,7 @@ def _pump(channel: paramiko.Channel, on_out: Callable[[bytes], None],
         elif channel.closed or channel.eof_received and not _transport_active(channel):
             return  # the caller sees there is no exit status
         if now - last >= idle_s:
-            raise _Stop(f"stalled: no output for {idle_s:g} s")
+            raise Stop(f"stalled: no output for {idle_s:g} s")
         wait = min(0.2, max(0.01, deadline - now), max(0.01, idle_s - (now - last)))
         if channel.eof_received:
             time.sleep(min(wait, 0.05))  # the channel's pipe stays readable after EOF
@@ -150,7 +150,7 @@ def _pump(channel: paramiko.Channel, on_out: Callable[[bytes], None],
             select.select([channel], [], [], wait)
 
 
-def _exit_status(channel: paramiko.Channel) -> int | None:
+def exit_status(channel: paramiko.Channel) -> int | None:
     """The command's exit status; None when the channel closed without one (paramiko
     then reports -1)."""
     if not channel.exit_status_ready():
@@ -164,12 +164,12 @@ def _transport_active(channel: paramiko.Channel) -> bool:
     return transport is not None and transport.is_active()
 
 
-def _lost(exc: BaseException) -> str:
+def lost(exc: BaseException) -> str:
     text = one_line(str(exc)) or type(exc).__name__
     return f"connection lost: {text}"
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift} {unit}"

@@ -80,7 +80,7 @@ def connect(node: Node, timeout_s: float = 15) -> paramiko.SSHClient:
 
 def _open(client: paramiko.SSHClient, label: str, address: str, port: int, user: str,
           key_file: str | None, known_hosts: str | None, timeout_s: float,
-          sock) -> paramiko.SSHClient:
+          sock: paramiko.Channel | paramiko.ProxyCommand | None) -> paramiko.SSHClient:
     """Connect one hop; every failure is one line that names the hop (label)."""
     if known_hosts:
         path = Path(known_hosts)

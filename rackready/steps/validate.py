@@ -36,7 +36,7 @@ from rackready.steps import envelope, oob, verdict_metrics
 from rackready.steps import rack as rack_step
 from rackready.steps.progress import Board, check_verdict
 from rackready.steps.slurm_run import SlurmRun
-from validation.checks.registry import all_checks
+from validation.checks.catalog import all_checks
 from validation.profile import ProfileError, load_profile
 from validation.workloads.common_env import roce_env
 from validation.xid_catalog import XidCatalogError, parse_overrides

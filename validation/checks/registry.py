@@ -109,53 +109,9 @@ def family(prefix: str) -> tuple[str, ...]:
     return tuple(n for n in metrics.METRICS if n.startswith(prefix))
 
 
-# Checks the controller runs, not the node: the out-of-band read of the BMC
-# (rackready/steps/oob.py and envelope.py: the check "bmc") and the rack step's cross-node
-# collectives (rackready/steps/rack.py, judged by rackready.decide.rack, never per node).
-CONTROLLER_CHECKS: dict[str, tuple[str, ...]] = {
-    "bmc": ("bmc.",),
-    "rack": ("rack.",),
-}
-RACK_CHECK = "rack"
-
-
-def measured_by(metric: str) -> list[CheckSpec]:
-    """The checks that measure a metric: the node's (by their emits), then the
-    controller's (a pseudo-spec holding its name and the bmc need)."""
-    found = [c for c in all_checks().values() if metric in c.emits]
-    for name, prefixes in CONTROLLER_CHECKS.items():
-        if metric.startswith(prefixes):
-            found.append(CheckSpec(name, lambda ctx: (), (name,) if name in NEEDS else (),
-                                   LEVELS, 0.0, name, (metric,)))
-    return found
-
-
-def all_checks() -> dict[str, CheckSpec]:
-    """Every registered check by name, in registration order (the order imported here;
-    health_delta last: it reads the end-of-run counters)."""
-    # importing a check module registers its checks; each imports this module for
-    # `check`, so they are imported once it is whole, here
-    from validation.checks import (  # noqa: F401, I001  (the order is the registration order)
-        gpu_inventory,
-        gpu_health,
-        nvlink,
-        pcie,
-        fabric,
-        fabric_manager_log,
-        network,
-        storage,
-        kernel,
-        dcgm,
-        rdma_perf,
-        nvswitch,
-        nvme_health,
-        host,
-        fabric_health,
-        gpu_idle,
-        health_delta,
-        workload_checks,
-    )
-
+def registered() -> dict[str, CheckSpec]:
+    """The checks registered so far, in registration order (validation.checks.catalog
+    imports every check module first: the registry itself imports none of them)."""
     return dict(_REGISTRY)
 
 

@@ -6,7 +6,8 @@ import copy
 from pathlib import Path
 
 from validation import budgets, runner
-from validation.checks.registry import LEVELS, Context, all_checks
+from validation.checks.catalog import all_checks
+from validation.checks.registry import LEVELS, Context
 from validation.checks.workload_checks import BURNIN_OVERHEAD_S
 from validation.checks.workload_checks import LEVELS as WORKLOAD_LEVELS
 from validation.profile import load_profile, scope

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from validation.checks.registry import CheckSkipped, Context, all_checks
+from validation.checks.catalog import all_checks
+from validation.checks.registry import CheckSkipped, Context
 from validation.judge import judge
 from validation.model import CheckResult
 from validation.profile import load_profile, scope

@@ -12,7 +12,8 @@ import pytest
 
 from validation import judge as judge_mod
 from validation.checks import gpu_inventory, workload_checks
-from validation.checks.registry import Context, all_checks
+from validation.checks.catalog import all_checks
+from validation.checks.registry import Context
 from validation.judge import judge
 from validation.model import CheckResult, Measurement
 from validation.profile import load_profile, scope, with_site

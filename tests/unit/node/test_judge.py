@@ -234,7 +234,7 @@ def test_a_metric_need_the_profile_does_not_require_is_not_applicable():
 
 def test_every_limit_of_every_profile_has_a_check_that_measures_it():
     from tests.unit.profile_dump import SITES
-    from validation.checks.registry import all_checks, measured_by
+    from validation.checks.catalog import all_checks, measured_by
     from validation.profile import list_profiles, with_site
 
     for name in list_profiles():

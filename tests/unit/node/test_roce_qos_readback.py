@@ -22,7 +22,8 @@ from rackready.lab.hwsim.state import build_state
 from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state, write_node_state
 from rackready.site.inventory import provisioned
 from rackready.site.paths import PROJECT_ROOT
-from validation.checks.registry import CheckSkipped, Context, all_checks
+from validation.checks.catalog import all_checks
+from validation.checks.registry import CheckSkipped, Context
 from validation.judge import judge
 from validation.launch_map import LaunchMap, RankBinding, slurm_line, torchrun_wrapper
 from validation.model import CheckResult

@@ -11,7 +11,7 @@ from test_docs_test_ids import CITED, missing_tests
 from rackready.decide.rack import RACK_CHECKS
 from rackready.lab.hwsim.faults import FAULT_KINDS
 from rackready.site.paths import PROJECT_ROOT
-from validation.checks.registry import all_checks
+from validation.checks.catalog import all_checks
 
 ROOT = PROJECT_ROOT
 DOC = ROOT / "docs" / "detection.md"

@@ -1,5 +1,5 @@
 """No uncapped SSH command on the controller: every remote command's stdout and stderr are
-drained together, capped and under a deadline (rackready.remote.runner._pump).
+drained together, capped and under a deadline (rackready.remote.runner.pump).
 
 A command read one stream at a time hangs both sides once the node fills the other
 stream's window, and one read whole holds whatever the node sends in memory. The scan
@@ -10,6 +10,7 @@ below may start one.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from rackready.remote import ssh
@@ -18,10 +19,10 @@ from rackready.site.paths import PROJECT_ROOT
 ROOT = PROJECT_ROOT
 # paramiko's ways to start a remote process on a channel or client
 EXEC = {"exec_command", "invoke_shell", "invoke_subsystem"}
-# (file, function) that may start one: each hands the channel to _pump at once
+# (file, function) that may start one: each hands the channel to pump at once
 CAPPED = {
     ("rackready/remote/runner.py", "run_command"),  # any bounded command (CommandResult)
-    ("rackready/remote/session.py", "_Session._open_channel"),  # the suite; _exec; Slurm's srun
+    ("rackready/remote/shell.py", "NodeShell.open_channel"),  # the suite; exec; Slurm's srun
 }
 
 
@@ -72,12 +73,12 @@ def test_each_allowed_helper_pumps_what_it_starts():
         calls = {n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
                  for n in ast.walk(node) if isinstance(n, ast.Call)}
         if rel.endswith("runner.py"):
-            assert "_pump" in calls, qualname
-        else:  # the session's channel opener: every caller of it pumps that channel
+            assert "pump" in calls, qualname
+        else:  # the shell's channel opener: every caller of it pumps that channel
             for path in _controller_files():
                 text = path.read_text()
-                opened = text.count("= self._open_channel(")
-                assert opened <= text.count("_pump(channel"), path
+                opened = len(re.findall(r"= self\.(?:shell\.)?open_channel\(", text))
+                assert opened <= len(re.findall(r"\bpump\(channel", text)), path
 
 
 def test_the_uncapped_reader_is_gone():
