@@ -201,7 +201,7 @@ class ResultSchema:
         elif "object" in types:  # keys of its own, or any keys of one schema
             return "map" if isinstance(s.get("additionalProperties"), dict) else "record"
         elif len(types - {"null"}) == 1:
-            one = next(iter(types - {"null"}))
+            one = str(next(iter(types - {"null"})))
             if one in ("boolean", "number", "integer", "string"):
                 return {"boolean": "flag", "string": "text"}.get(one, one)
         raise ValueError(f"the result schema has a part the controller cannot read: {s}")
