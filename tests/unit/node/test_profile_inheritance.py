@@ -150,9 +150,9 @@ def test_provisional_stands_where_a_base_says_so(pdir):
 
 
 def test_the_shipped_profiles_are_chassis_bases_plus_gpu_overlays():
-    from validation.profile import PROFILE_DIR, _layers
+    from validation.profile.load import PROFILE_DIR, profile_layers
 
-    chain = {n: [name for name, _ in _layers(n, PROFILE_DIR)] for n in
+    chain = {n: [name for name, _ in profile_layers(n, PROFILE_DIR)] for n in
              ("xe9680-h200", "xe9680-h100", "dl380a-gen11-h100nvl", "dl380a-gen12-h200nvl")}
     assert chain["xe9680-h100"] == ["_common", "_xe9680", "xe9680-h100"]
     assert chain["dl380a-gen12-h200nvl"] == ["_common", "_dl380a", "dl380a-gen12-h200nvl"]
