@@ -20,6 +20,7 @@ from validation.profile.errors import ProfileError, err
 from validation.profile.inventory_limits import check_inventory, inventory_thresholds
 from validation.profile.model import Profile, threshold_key
 from validation.profile.not_applicable import NotApplicable, check_not_applicable
+from validation.profile.provenance import resolve
 from validation.profile.thresholds import HEALTH_PREFIXES, check_threshold, looser
 
 # libyaml's parser where PyYAML was built with it (the same safe constructor, so the same
@@ -139,23 +140,6 @@ def _raw_rules(data: dict[str, Any], directory: Path, where: str) -> list[NotApp
     return [check_not_applicable(r, where) for r in raw + own]
 
 
-PROVISIONAL_MARK = "{provisional}"
-
-
-def _provenance(raw: Any, doc: dict[str, Any], where: str) -> Any:
-    """A base's threshold whose provenance starts with {provisional}: the profile's own
-    `provisional` sentence (why its floors are provisional) put in its place."""
-    if not isinstance(raw, dict) or not str(raw.get("provenance", "")).startswith(
-            PROVISIONAL_MARK):
-        return raw
-    note = doc.get("provisional")
-    if not isinstance(note, str) or not note.startswith("PROVISIONAL"):
-        raise err(where, f"{raw.get('metric', '?')}: provenance starts with "
-                          f"{PROVISIONAL_MARK}, so the profile needs `provisional:`, a "
-                          "sentence that starts with PROVISIONAL")
-    return {**raw, "provenance": note + str(raw["provenance"])[len(PROVISIONAL_MARK):]}
-
-
 def _put(merged: dict[Any, Threshold], t: Threshold, inherited: bool, where: str,
          who: str = "variant") -> None:
     """t replaces the limit of its metric and labels in place (or is appended); an
@@ -200,7 +184,7 @@ def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], doc: dict[str,
                     raise err(lwhere, f"slot {raw['slot']}: takes labels only, once")
                 merged[_slot_key(raw)] = layer
                 continue
-            t = check_threshold(_provenance(raw, doc, where), lwhere)
+            t = check_threshold(resolve(raw, doc, where), lwhere)
             old = merged.get(threshold_key(t))
             inherited = isinstance(old, Threshold) and origin[threshold_key(t)] < n
             _put(merged, t, inherited, lwhere, "profile")
@@ -227,10 +211,10 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
       the same metric and labels in place, keeping the base's order; a new one comes
       after. A base may declare `- {slot: metric, labels: {...}}`: a limit each profile
       must set, in that position; a profile that leaves a slot empty is refused.
-    - a base's provenance may start with `{provisional}`: the profile's `provisional:`
-      sentence (why its floors are provisional, "PROVISIONAL until measured on ...")
-      stands there, so one limit serves GPUs whose floors are provisional for their own
-      reasons.
+    - a provenance may name sentences written once (`{name}`, a file's `provenances:`)
+      and `{provisional}`, the profile's `provisional:` sentence (why its floors are
+      provisional), so one limit serves GPUs whose floors are provisional for their own
+      reasons (validation.profile.provenance).
     - `extends: <profile>` (a listable profile, e.g. a `-lab` variant with `simulated:
       true`) inherits that profile's inventory whole and may not restate it.
 
@@ -283,7 +267,7 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         raise err(where, f"fabric must be ib or roce, not {fabric!r}")
     if not isinstance(nvls, bool):
         raise err(where, f"nccl_nvls must be true or false, not {nvls!r}")
-    own = [check_threshold(_provenance(t, data, where), where)
+    own = [check_threshold(resolve(t, data, where), where)
            for t in _raw_thresholds(data, directory, where)] if variant \
         else _layered_thresholds(layers, data, directory)
     if not variant:

@@ -159,3 +159,32 @@ def test_the_shipped_profiles_are_chassis_bases_plus_gpu_overlays():
     h100, h200 = load_profile("xe9680-h100"), load_profile("xe9680-h200")
     assert h100.inventory["nvswitch"] == h200.inventory["nvswitch"] == {"count": 4}
     assert h100.gpu("memory_mib") == 81559 and h200.gpu("memory_mib") == 143771
+
+
+def test_a_named_provenance_is_written_once_and_stands_where_a_limit_names_it(pdir):
+    write(pdir, "_chassis", {"extends": "_base", "provenances": {
+        "pcie_bound": "collectives cross PCIe Gen5, so busbw is PCIe-bound;"}, "thresholds": [
+        T("hbm.bandwidth", ">=", 1.0, "GB/s", "{provisional}: {pcie_bound} floor at 64 MiB",
+          gross=0.7)]})
+    write(pdir, "gpu-n", {"extends": "_chassis", "provisional": "PROVISIONAL until X"})
+    t = load_profile("gpu-n", pdir).thresholds_for("hbm.bandwidth")[0]
+    assert t.provenance == ("PROVISIONAL until X: collectives cross PCIe Gen5, so busbw is "
+                            "PCIe-bound; floor at 64 MiB")
+    # a later file's sentence of the same name replaces the base's
+    write(pdir, "gpu-o", {"extends": "_chassis", "provisional": "PROVISIONAL until X",
+                          "provenances": {"pcie_bound": "other"}})
+    assert load_profile("gpu-o", pdir).thresholds_for("hbm.bandwidth")[0].provenance == (
+        "PROVISIONAL until X: other floor at 64 MiB")
+
+
+def test_a_provenance_naming_an_undefined_sentence_is_refused(pdir):
+    write(pdir, "gpu-p", {"extends": "_base", "thresholds": [
+        T("hbm.bandwidth", ">=", 1.0, "GB/s", "{nowhere}: measured")]})
+    with pytest.raises(ProfileError) as exc:
+        load_profile("gpu-p", pdir)
+    assert one_line(exc) == ("gpu-p.yml: hbm.bandwidth: provenance names {nowhere}, which no "
+                             "file's `provenances:` defines")
+    write(pdir, "gpu-p", {"extends": "_base", "provenances": {"a": "says {b}"}, "thresholds": [
+        T("hbm.bandwidth", ">=", 1.0, "GB/s", "{a}")]})
+    with pytest.raises(ProfileError, match=r"provenances.a: a non-empty sentence naming no other"):
+        load_profile("gpu-p", pdir)
