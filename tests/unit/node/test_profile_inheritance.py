@@ -155,7 +155,10 @@ def test_the_shipped_profiles_are_chassis_bases_plus_gpu_overlays():
     chain = {n: [name for name, _ in profile_layers(n, PROFILE_DIR)] for n in
              ("xe9680-h200", "xe9680-h100", "dl380a-gen11-h100nvl", "dl380a-gen12-h200nvl")}
     assert chain["xe9680-h100"] == ["_common", "_xe9680", "xe9680-h100"]
-    assert chain["dl380a-gen12-h200nvl"] == ["_common", "_dl380a", "dl380a-gen12-h200nvl"]
+    # the H200 overlay: one memory size and HBM floor for the SXM and the NVL part
+    assert chain["xe9680-h200"] == ["_common", "_xe9680", "_gpu-h200", "xe9680-h200"]
+    assert chain["dl380a-gen12-h200nvl"] == ["_common", "_dl380a", "_gpu-h200",
+                                             "dl380a-gen12-h200nvl"]
     h100, h200 = load_profile("xe9680-h100"), load_profile("xe9680-h200")
     assert h100.inventory["nvswitch"] == h200.inventory["nvswitch"] == {"count": 4}
     assert h100.gpu("memory_mib") == 81559 and h200.gpu("memory_mib") == 143771
