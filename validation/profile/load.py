@@ -203,7 +203,8 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
     or a list of them, merged in order), and a base may itself extend bases:
 
     - a base is a file named `_*.yml` (never listed, never loaded on its own). A chassis
-      base (e.g. _xe9680.yml) extends _common.yml and a GPU overlay extends its chassis.
+      base (e.g. _xe9680.yml) extends _common.yml; a profile extends its chassis and, where
+      one exists, a GPU overlay (`extends: [_xe9680, _gpu-h200]`).
       The files merge farthest base first: the inventory deep-merges (mappings key by
       key, a list or a scalar replaced), every other key is the last file's that says
       it; a file's `include:` (threshold lists) comes before its own thresholds.
