@@ -15,8 +15,10 @@ def scope(profile: Profile, gpus: int | None = None, without: tuple[str, ...] = 
     The narrowing is recorded in profile.scope and the result, so a scoped pass
     can never be mistaken for a full-machine pass.
     """
-    unknown = set(without) - set(__import__("validation.checks.registry",
-                                            fromlist=["NEEDS"]).NEEDS)
+    # the needs' vocabulary lives with the checks, and a check reads this package: so here
+    from validation.checks.registry import NEEDS
+
+    unknown = set(without) - set(NEEDS)
     if unknown:
         raise ProfileError(f"--without: unknown needs {sorted(unknown)}")
     inv = profile.inventory
