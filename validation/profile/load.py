@@ -20,7 +20,7 @@ from validation.profile.errors import ProfileError, err
 from validation.profile.inventory_limits import check_inventory, inventory_thresholds
 from validation.profile.model import Profile, threshold_key
 from validation.profile.not_applicable import NotApplicable, check_not_applicable
-from validation.profile.provenance import resolve
+from validation.profile.provenance import resolve, sentences
 from validation.profile.thresholds import HEALTH_PREFIXES, check_threshold, looser
 
 # libyaml's parser where PyYAML was built with it (the same safe constructor, so the same
@@ -173,6 +173,7 @@ def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], doc: dict[str,
     where = f"{layers[-1][0]}.yml"
     merged: dict[Any, Any] = {}  # key -> Threshold, or the base that left a slot
     origin: dict[Any, int] = {}
+    named = sentences(doc, where)
     for n, (layer, data) in enumerate(layers):
         lwhere = f"{layer}.yml"
         for raw in _raw_thresholds(data, directory, lwhere):
@@ -184,7 +185,7 @@ def _layered_thresholds(layers: list[tuple[str, dict[str, Any]]], doc: dict[str,
                     raise err(lwhere, f"slot {raw['slot']}: takes labels only, once")
                 merged[_slot_key(raw)] = layer
                 continue
-            t = check_threshold(resolve(raw, doc, where), lwhere)
+            t = check_threshold(resolve(raw, named, where), lwhere)
             old = merged.get(threshold_key(t))
             inherited = isinstance(old, Threshold) and origin[threshold_key(t)] < n
             _put(merged, t, inherited, lwhere, "profile")
@@ -268,9 +269,12 @@ def load_profile(name_or_path: str, directory: Path = PROFILE_DIR) -> Profile:
         raise err(where, f"fabric must be ib or roce, not {fabric!r}")
     if not isinstance(nvls, bool):
         raise err(where, f"nccl_nvls must be true or false, not {nvls!r}")
-    own = [check_threshold(resolve(t, data, where), where)
-           for t in _raw_thresholds(data, directory, where)] if variant \
-        else _layered_thresholds(layers, data, directory)
+    if variant:
+        named = sentences(data, where)
+        own = [check_threshold(resolve(t, named, where), where)
+               for t in _raw_thresholds(data, directory, where)]
+    else:
+        own = _layered_thresholds(layers, data, directory)
     if not variant:
         check_inventory(inv, where)
     merged = {threshold_key(t): t for t in base_thresholds}

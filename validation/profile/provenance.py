@@ -20,8 +20,9 @@ PROVISIONAL_MARK = "{provisional}"
 _NAME = re.compile(r"\{([a-z][a-z0-9_]*)\}")
 
 
-def named_provenances(doc: dict[str, Any], where: str) -> dict[str, str]:
-    """The profile's named sentences (`provenances:`), each a non-empty plain string."""
+def sentences(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """The profile's named sentences (`provenances:`, each a non-empty plain string) and its
+    `provisional:` (checked where a limit names it), read once per profile."""
     named = doc.get("provenances") or {}
     if not isinstance(named, dict):
         raise err(where, "provenances must be a mapping of names to sentences")
@@ -31,27 +32,25 @@ def named_provenances(doc: dict[str, Any], where: str) -> dict[str, str]:
                              "not provisional, which is the profile's `provisional:`)")
         if not isinstance(text, str) or not text.strip() or _NAME.search(text):
             raise err(where, f"provenances.{name}: a non-empty sentence naming no other")
-    return named
+    return {**named, "provisional": doc.get("provisional")}
 
 
-def resolve(raw: Any, doc: dict[str, Any], where: str) -> Any:
+def resolve(raw: Any, named: dict[str, Any], where: str) -> Any:
     """The threshold with every `{name}` of its provenance replaced by its sentence."""
-    if not isinstance(raw, dict) or not _NAME.search(str(raw.get("provenance", ""))):
+    if not isinstance(raw, dict) or "{" not in str(raw.get("provenance", "")):
         return raw
     text = str(raw["provenance"])
-    named = dict(named_provenances(doc, where))
     if PROVISIONAL_MARK in text:
-        note = doc.get("provisional")
+        note = named.get("provisional")
         if not isinstance(note, str) or not note.startswith("PROVISIONAL"):
             raise err(where, f"{raw.get('metric', '?')}: provenance starts with "
                              f"{PROVISIONAL_MARK}, so the profile needs `provisional:`, a "
                              "sentence that starts with PROVISIONAL")
-        named["provisional"] = note
 
     def sentence(m: re.Match[str]) -> str:
-        if m.group(1) not in named:
+        if named.get(m.group(1)) is None:
             raise err(where, f"{raw.get('metric', '?')}: provenance names {m.group(0)}, "
                              "which no file's `provenances:` defines")
-        return named[m.group(1)]
+        return str(named[m.group(1)])
 
     return {**raw, "provenance": _NAME.sub(sentence, text)}
