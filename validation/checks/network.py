@@ -19,7 +19,7 @@ from validation.probes.rdma import (
     parse_mlxconfig_columns,
 )
 from validation.probes.system import parse_modules
-from validation.profile import mlxconfig_wanted
+from validation.profile.site_limits import mlxconfig_wanted
 from validation.workloads.common_env import roce_env
 
 IB_CLASS = "/sys/class/infiniband"

@@ -150,12 +150,44 @@ def test_provisional_stands_where_a_base_says_so(pdir):
 
 
 def test_the_shipped_profiles_are_chassis_bases_plus_gpu_overlays():
-    from validation.profile import PROFILE_DIR, _layers
+    from validation.profile.load import PROFILE_DIR, profile_layers
 
-    chain = {n: [name for name, _ in _layers(n, PROFILE_DIR)] for n in
+    chain = {n: [name for name, _ in profile_layers(n, PROFILE_DIR)] for n in
              ("xe9680-h200", "xe9680-h100", "dl380a-gen11-h100nvl", "dl380a-gen12-h200nvl")}
     assert chain["xe9680-h100"] == ["_common", "_xe9680", "xe9680-h100"]
-    assert chain["dl380a-gen12-h200nvl"] == ["_common", "_dl380a", "dl380a-gen12-h200nvl"]
+    # the H200 overlay: one memory size and HBM floor for the SXM and the NVL part
+    assert chain["xe9680-h200"] == ["_common", "_xe9680", "_gpu-h200", "xe9680-h200"]
+    assert chain["dl380a-gen12-h200nvl"] == ["_common", "_dl380a", "_gpu-h200",
+                                             "dl380a-gen12-h200nvl"]
     h100, h200 = load_profile("xe9680-h100"), load_profile("xe9680-h200")
     assert h100.inventory["nvswitch"] == h200.inventory["nvswitch"] == {"count": 4}
     assert h100.gpu("memory_mib") == 81559 and h200.gpu("memory_mib") == 143771
+
+
+def test_a_named_provenance_is_written_once_and_stands_where_a_limit_names_it(pdir):
+    write(pdir, "_chassis", {"extends": "_base", "provenances": {
+        "pcie_bound": "collectives cross PCIe Gen5, so busbw is PCIe-bound;"}, "thresholds": [
+        T("hbm.bandwidth", ">=", 1.0, "GB/s", "{provisional}: {pcie_bound} floor at 64 MiB",
+          gross=0.7)]})
+    write(pdir, "gpu-n", {"extends": "_chassis", "provisional": "PROVISIONAL until X"})
+    t = load_profile("gpu-n", pdir).thresholds_for("hbm.bandwidth")[0]
+    assert t.provenance == ("PROVISIONAL until X: collectives cross PCIe Gen5, so busbw is "
+                            "PCIe-bound; floor at 64 MiB")
+    # a later file's sentence of the same name replaces the base's
+    write(pdir, "gpu-o", {"extends": "_chassis", "provisional": "PROVISIONAL until X",
+                          "provenances": {"pcie_bound": "other"}})
+    assert load_profile("gpu-o", pdir).thresholds_for("hbm.bandwidth")[0].provenance == (
+        "PROVISIONAL until X: other floor at 64 MiB")
+
+
+def test_a_provenance_naming_an_undefined_sentence_is_refused(pdir):
+    write(pdir, "gpu-p", {"extends": "_base", "thresholds": [
+        T("hbm.bandwidth", ">=", 1.0, "GB/s", "{nowhere}: measured")]})
+    with pytest.raises(ProfileError) as exc:
+        load_profile("gpu-p", pdir)
+    assert one_line(exc) == ("gpu-p.yml: hbm.bandwidth: provenance names {nowhere}, which no "
+                             "file's `provenances:` defines")
+    write(pdir, "gpu-p", {"extends": "_base", "provenances": {"a": "says {b}"}, "thresholds": [
+        T("hbm.bandwidth", ">=", 1.0, "GB/s", "{a}")]})
+    with pytest.raises(ProfileError, match=r"provenances.a: a non-empty sentence naming no other"):
+        load_profile("gpu-p", pdir)
