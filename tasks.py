@@ -224,7 +224,7 @@ def keygen(c, out=None):
 @user_errors
 def lab_up(c, nodes=2, profile=None, secure_boot=False):
     """Boot simulated nodes (systemd-nspawn) with their package mirror; idempotent."""
-    from rackready.lab import lab
+    from rackready_lab import lab
 
     lab.up(int(nodes), profile, secure_boot=bool(secure_boot))
     _print_status(lab.status())
@@ -234,7 +234,7 @@ def lab_up(c, nodes=2, profile=None, secure_boot=False):
 @user_errors
 def lab_down(c):
     """Stop every lab node and remove all it made (the root file system cache stays)."""
-    from rackready.lab import lab
+    from rackready_lab import lab
 
     lab.down()
 
@@ -243,7 +243,7 @@ def lab_down(c):
 @user_errors
 def lab_status(c):
     """Show the lab's nodes: running, SSH reachable, injected faults."""
-    from rackready.lab import lab
+    from rackready_lab import lab
 
     _print_status(lab.status())
 
@@ -259,7 +259,7 @@ def lab_status(c):
 def lab_fault(c, node=None, fault=None, target=None):
     """Inject a simulated hardware fault into a lab node."""
     required(node=node, fault=fault)
-    from rackready.lab import lab
+    from rackready_lab import lab
 
     hit = lab.fault(node, fault, target)
     print(f"{node}: {fault} -> {hit}")
@@ -270,7 +270,7 @@ def lab_fault(c, node=None, fault=None, target=None):
 def lab_heal(c, node=None):
     """Remove every injected fault from a lab node."""
     required(node=node)
-    from rackready.lab import lab
+    from rackready_lab import lab
 
     lab.heal(node)
     print(f"{node}: healed")
@@ -281,7 +281,7 @@ def lab_heal(c, node=None):
 def lab_reboot(c, node=None):
     """Reboot a lab node (after provisioning says a reboot is pending)."""
     required(node=node)
-    from rackready.lab import lab
+    from rackready_lab import lab
 
     lab.reboot(node)
     print(f"{node}: rebooted")
@@ -305,7 +305,7 @@ def _print_status(rows) -> None:
 @user_errors
 def demo(c, nodes=2):
     """The main job on the lab: lab up, provision, inject a fault, validate, report."""
-    from rackready.lab.demo import run_demo
+    from rackready_lab.demo import run_demo
 
     code = run_demo(int(nodes))
     if code:
@@ -376,7 +376,7 @@ def test(c, k=None, unit=False, integration=False, lab=False, browser=False, pac
                               ("browser", browser)) if on]
     tiers = picked or [t for t in TEST_TIERS if not (k and t == "lint")]
     if packages or not set(tiers) <= {"unit", "integration"}:
-        from rackready.lab.testenv import ensure_test_packages
+        from rackready_lab.testenv import ensure_test_packages
 
         ensure_test_packages()
     codes = {}

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rackready.lab import lab  # noqa: E402
 from rackready.steps.provision import run_playbook  # noqa: E402
+from rackready_lab import lab  # noqa: E402
 
 
 def busy_cpu_seconds() -> float:

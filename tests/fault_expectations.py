@@ -16,7 +16,7 @@ HARDWARE_CHECKS = (
     "nvswitch.sxid", "storage.nvme_health", "host.dimms", "host.memory_errors",
 )
 
-# host-side faults (rackready/lab/hwsim/faults_host.py) -> (checks, names)
+# host-side faults (rackready_lab/hwsim/faults_host.py) -> (checks, names)
 HOST_FAULT_EXPECTATIONS = {
     "sxid": lambda c: (("nvswitch.sxid",), [f"NVSwitch {c['index']}", c["bus_id"]]),
     # the switch by the driver's number, its bus id and Fabric Manager's physical id, the port
@@ -44,7 +44,7 @@ HOST_FAULT_EXPECTATIONS = {
 }
 
 
-# --- fabric and PCIe faults (rackready/lab/hwsim/faults_fabric.py) ---------------
+# --- fabric and PCIe faults (rackready_lab/hwsim/faults_fabric.py) ---------------
 # the checks that read them: AER totals, transceivers, GPU idle peers, and the GPUDirect
 # rail bandwidth (hwsim's ib_write_bw answers at once, so it stays a hardware read here)
 HARDWARE_CHECKS += ("pcie.aer", "network.transceiver", "gpu.idle_peers", "rdma.gpudirect_bw",
@@ -79,7 +79,7 @@ FABRIC_EXPECTATIONS = {
 }
 
 
-# --- DCGM faults (rackready/lab/hwsim/faults_dcgm.py) ------------------------------
+# --- DCGM faults (rackready_lab/hwsim/faults_dcgm.py) ------------------------------
 DCGM_EXPECTATIONS = {
     # the incident: the GPU (serial, bus id) and the health watch system that reported it
     "dcgm-health-fail": lambda c: (("dcgm.health",), [f"serial {c['serial']}", c["bus_id"],

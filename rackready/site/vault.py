@@ -9,16 +9,16 @@ from typing import Any, cast
 import yaml
 
 from rackready.errors import UserError
-from rackready.lab import config as lab_config
-from rackready.site.paths import INVENTORIES, inventory_path
+from rackready.site.paths import inventory_path
 
 VAULT_HINT = ("set ANSIBLE_VAULT_PASSWORD_FILE or ANSIBLE_VAULT_IDENTITY_LIST, or "
               "vault_password_file in ansible.cfg")
 
 
 def vault_env(inventory: str | Path) -> dict[str, str]:
-    """Environment for Ansible commands on this inventory: the lab's own vault
-    password file when the inventory is the lab's and none is configured."""
+    """Environment for Ansible commands on this inventory: the vault password file the
+    inventory names (rackready_vault_password_file, as the lab's does) when none is
+    configured."""
     # Ansible on first use: a heavy import, kept out of every command's startup
     from ansible import constants
 
@@ -30,11 +30,26 @@ def vault_env(inventory: str | Path) -> dict[str, str]:
         path = Path(inventory_path(str(inventory))).resolve()
     except UserError:
         return {}
-    lab_dir = (INVENTORIES / "lab").resolve()
-    if not path.is_relative_to(lab_dir):
-        return {}
-    pw = lab_config.vault_password_file()
-    return {"ANSIBLE_VAULT_PASSWORD_FILE": str(pw)} if pw.exists() else {}
+    pw = named_password_file(path)
+    return {"ANSIBLE_VAULT_PASSWORD_FILE": str(pw)} if pw and pw.exists() else {}
+
+
+def named_password_file(hosts: Path) -> Path | None:
+    """rackready_vault_password_file from the inventory's plain group_vars/all (relative to
+    the inventory's folder): read as YAML, never templated, since the vault is still shut."""
+    folder = hosts.parent / "group_vars"
+    files = [folder / "all.yml", folder / "all.yaml"]
+    if (folder / "all").is_dir():
+        files += sorted(f for f in (folder / "all").iterdir() if f.suffix in (".yml", ".yaml"))
+    for f in files:
+        try:
+            data = yaml.load(f.read_text(encoding="utf-8"), Loader=_VaultTolerantLoader)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # absent, or malformed: _check_yaml says where when the hosts are read
+        named = data.get("rackready_vault_password_file") if isinstance(data, dict) else None
+        if isinstance(named, str) and named:
+            return hosts.parent / named  # an absolute path stays itself
+    return None
 
 
 def _vault_secrets(loader, path: Path) -> None:

@@ -130,7 +130,7 @@ def run_playbook(
                 "ANSIBLE_CONFIG": str(PROJECT_ROOT / "ansible.cfg"),
                 # ansible-playbook from the same environment as rackready
                 "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-                **vault_env(inv),  # the lab's own vault password file, if none is configured
+                **vault_env(inv),  # the inventory's own vault password file, if none is configured
             },
         )
         stats = r.stats or {}

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab import lab, nodes
-from rackready.lab.config import NodeSpec
+from rackready_lab import lab, nodes
+from rackready_lab.config import NodeSpec
 
 pytestmark = pytest.mark.lab
 REUSE = os.environ.get("RACKREADY_LAB_REUSE") == "1"
@@ -47,8 +47,8 @@ def lab_nodes() -> Lab:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         pytest.fail("lab tests run in one process, in their order (no pytest-xdist -n): "
                     "invoke test --lab")
-    from rackready.lab.config import vault_password_file
-    from rackready.lab.inventory import LAB_INVENTORY
+    from rackready_lab.config import vault_password_file
+    from rackready_lab.inventory import LAB_INVENTORY
 
     if REUSE:
         specs = lab.load_specs()

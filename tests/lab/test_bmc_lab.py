@@ -1,4 +1,4 @@
-"""The lab's BMCs (rackready/lab/redfish): one HTTPS Redfish service per booted node,
+"""The lab's BMCs (rackready_lab/redfish): one HTTPS Redfish service per booted node,
 at the inventory's rackready_bmc_address, with the vault's credentials and the lab CA;
 `invoke provision --inventory lab --tags bios` converges and a rerun changes nothing;
 `invoke validate` reads each BMC, fails a node on each BMC fault naming the part, and
@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready.lab import lab
-from rackready.lab.hwsim.sysroot import read_node_state
-from rackready.lab.redfish import bmc
-from rackready.lab.redfish.faults import FAULT_KINDS
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab import lab
+from rackready_lab.hwsim.sysroot import read_node_state
+from rackready_lab.redfish import bmc
+from rackready_lab.redfish.faults import FAULT_KINDS
 
 pytestmark = pytest.mark.lab
 

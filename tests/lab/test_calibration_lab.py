@@ -39,14 +39,14 @@ from fault_expectations import HARDWARE_CHECKS, naming_failures
 from rackready.decide.calibration import calibrate_profile, overlay_document, overlay_path
 from rackready.decide.node import load_judging_profile, parse_checks
 from rackready.errors import UserError
-from rackready.lab import lab
-from rackready.lab.hwsim.cli.ib_write_bw import bandwidth_gbps
-from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state
 from rackready.run.rundir import RunDir
 from rackready.site import inventory
 from rackready.steps import validate
 from rackready.steps.calibrate import _judged, run_calibration
 from rackready.steps.validate import run_validation
+from rackready_lab import lab
+from rackready_lab.hwsim.cli.ib_write_bw import bandwidth_gbps
+from rackready_lab.hwsim.sysroot import locked_node_state, read_node_state
 from validation.model import CheckResult, Measurement
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("three-nodes")]

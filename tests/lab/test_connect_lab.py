@@ -1,5 +1,5 @@
 """The lab is reached as a real rack is: a non-root admin, only through the jump host,
-root through sudo, with vault-encrypted group_vars (rackready/lab/inventory.py)."""
+root through sudo, with vault-encrypted group_vars (rackready_lab/inventory.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from rackready.lab import config, keys
-from rackready.lab.inventory import LAB_INVENTORY
-from rackready.lab.shell import run
 from rackready.remote import ssh
 from rackready.remote.runner import run_command
 from rackready.site import inventory
 from rackready.steps.validate import NODE_BASE, run_validation
+from rackready_lab import config, keys
+from rackready_lab.inventory import LAB_INVENTORY
+from rackready_lab.shell import run
 
 pytestmark = pytest.mark.lab
 

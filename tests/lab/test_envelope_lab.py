@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab import lab
+from rackready_lab import lab
 from tests.lab.test_bmc_lab import _invoke
 
 pytestmark = pytest.mark.lab
@@ -72,7 +72,7 @@ def test_a_bmc_answering_nan_fails_its_node_and_every_node_is_reported(provision
     """One run of the whole lab (10 s: gpu.inventory alone) with lab-gpu01's BMC answering
     NaN for its draw: that node fails naming the reading; every node has its report (the
     run ended before, on 'Out of range float', with none)."""
-    from rackready.lab.redfish import bmc
+    from rackready_lab.redfish import bmc
 
     node = "lab-gpu01"
     spec = provisioned_lab.spec(node)

@@ -11,9 +11,9 @@ import json
 import pytest
 
 from rackready.decide.identifiers import shown
-from rackready.lab import lab
-from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state
 from rackready.steps.validate import run_validation
+from rackready_lab import lab
+from rackready_lab.hwsim.sysroot import locked_node_state, read_node_state
 
 pytestmark = pytest.mark.lab
 

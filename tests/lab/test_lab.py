@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from rackready.lab import config, lab, network, nodes
+from rackready_lab import config, lab, network, nodes
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("fresh")]
 
@@ -40,8 +40,8 @@ def test_a_changed_host_key_is_refused(lab_nodes, tmp_path):
     other = lab_nodes.spec("lab-gpu02").root / "etc/ssh/ssh_host_ed25519_key.pub"
     algo, blob = other.read_text().split()[:2]
     forged.write_text(f"{spec.ip} {algo} {blob}\n")
-    from rackready.lab import keys
-    from rackready.lab.shell import run
+    from rackready_lab import keys
+    from rackready_lab.shell import run
 
     proc = run(["ssh", "-i", str(keys.client_key()), "-o", f"UserKnownHostsFile={forged}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab import config, lab, network, nodes, repo
+from rackready_lab import config, lab, network, nodes, repo
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("teardown")]
 

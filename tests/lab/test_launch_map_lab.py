@@ -20,13 +20,13 @@ import shlex
 
 import pytest
 
-from rackready.lab import nodes
 from rackready.remote import bundle, ssh
 from rackready.remote.session import ship_bundle
 from rackready.report.launch_map import from_result
 from rackready.run.rundir import new_run_id
 from rackready.site import inventory
 from rackready.steps.validate import NODE_BASE, NODE_VENV, suite_sites
+from rackready_lab import nodes
 from validation.launch_map import LaunchMap, cpulist, parse_cpulist, split_cpus
 
 pytestmark = pytest.mark.lab

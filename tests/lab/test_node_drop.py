@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from rackready.lab import nodes
 from rackready.steps.validate import run_validation
+from rackready_lab import nodes
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_phase("node-drop")]
 

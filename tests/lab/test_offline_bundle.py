@@ -26,8 +26,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready.lab import repo, rootfs
-from rackready.lab.inventory import group_vars
 from rackready.remote import bundle as bundle_mod
 from rackready.remote import ssh
 from rackready.remote.runner import build_remote_command, run_command
@@ -38,6 +36,8 @@ from rackready.steps import validate
 from rackready.steps.offline_manifest import KERNEL_FACT, manifest
 from rackready.steps.provision import build_bundle, run_playbook
 from rackready.steps.validate import NODE_BASE
+from rackready_lab import repo, rootfs
+from rackready_lab.inventory import group_vars
 
 pytestmark = pytest.mark.lab
 

@@ -12,9 +12,9 @@ import json
 import pytest
 from fault_expectations import naming_failures
 
-from rackready.lab import lab
-from rackready.lab.hwsim.sysroot import read_node_state
 from rackready.steps.validate import run_validation
+from rackready_lab import lab
+from rackready_lab.hwsim.sysroot import read_node_state
 
 pytestmark = pytest.mark.lab
 

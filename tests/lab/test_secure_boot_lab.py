@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from rackready.lab import lab
-from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state
 from rackready.steps.provision import RunResult, run_playbook
+from rackready_lab import lab
+from rackready_lab.hwsim.sysroot import locked_node_state, read_node_state
 from validation.profile import load_profile
 
 pytestmark = pytest.mark.lab

@@ -1,5 +1,5 @@
 """The Slurm path on the lab, with real daemons: Debian's slurmctld and munge on lab-slurm
-(rackready.lab.slurm), slurmd on each node through `invoke provision --playbook slurm`
+(rackready_lab.slurm), slurmd on each node through `invoke provision --playbook slurm`
 (roles/slurm_node), then `invoke validate --via slurm --drain`: each node's suite runs as
 a Slurm job of its own, a faulted node is drained with its reason, and once healed a
 second run resumes it. The health gate drains a faulted node by itself and passes a
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from rackready.lab import lab, nodes, slurm
+from rackready_lab import lab, nodes, slurm
 from tests.lab.test_bmc_lab import _invoke
 
 pytestmark = pytest.mark.lab

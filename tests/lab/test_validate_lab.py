@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from rackready.errors import UserError
-from rackready.lab import lab
 from rackready.remote import bundle, ssh
 from rackready.site import inventory
 from rackready.steps.validate import run_validation
+from rackready_lab import lab
 
 pytestmark = pytest.mark.lab
 

@@ -1,6 +1,6 @@
 """A small Redfish service for the unit tests: HTTPS with its own CA, sessions and
 basic auth, a Dell iDRAC9-like or HPE iLO 6-like tree, BIOS pending settings, jobs,
-chassis health and logs. Independent of the lab's service (rackready/lab/redfish).
+chassis health and logs. Independent of the lab's service (rackready_lab/redfish).
 
 Only what the client follows is here, reached by links from /redfish/v1, with the
 vendor facts the client relies on (Dell: PATCH Bios/Settings OnReset -> JID_ job in

@@ -1,6 +1,6 @@
 """A simulated GPU node in a temp dir, for running the node-side suite end to end.
 
-hwsim's state and sysroot (rackready.lab.hwsim) plus a bin dir of wrapper
+hwsim's state and sysroot (rackready_lab.hwsim) plus a bin dir of wrapper
 scripts named like the vendor tools, each exec-ing hwsim's CLI for that tool.
 Put `bin` first on PATH and set HWSIM_STATE, and the suite reads the simulated
 hardware through the same commands and files it reads on a real node.
@@ -18,14 +18,14 @@ from typing import Any
 
 import yaml
 
-from rackready.lab.hwsim.packages import NCCL
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
+from rackready_lab.hwsim.packages import NCCL
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
 from validation.result_schema import check_result
 
 REPO = Path(__file__).resolve().parents[2]
 
-# tool name on PATH -> hwsim CLI module (rackready.lab.hwsim.cli.<module>)
+# tool name on PATH -> hwsim CLI module (rackready_lab.hwsim.cli.<module>)
 TOOLS = {
     "nvidia-smi": "nvidia_smi",
     "dcgmi": "dcgmi",
@@ -95,9 +95,9 @@ def make_node(tmp: Path, platform: str, name: str, fabric: str,
     bindir.mkdir(parents=True, exist_ok=True)
     py = sys.executable
     for tool, module in TOOLS.items():
-        _script(bindir / tool, f'exec "{py}" -m rackready.lab.hwsim.cli.{module} "$@"\n')
+        _script(bindir / tool, f'exec "{py}" -m rackready_lab.hwsim.cli.{module} "$@"\n')
     # Stands in for the lab node's package database, where hwsim's libnccl2 stand-in is
-    # installed at the version design.md pins (rackready.lab.hwsim.packages.NCCL).
+    # installed at the version design.md pins (rackready_lab.hwsim.packages.NCCL).
     _script(bindir / "dpkg-query",
             f'case "$*" in *libnccl2*) printf %s "{NCCL}"; exit 0;; esac\n'
             'echo "dpkg-query stub: only libnccl2" >&2; exit 1\n')

@@ -1,5 +1,5 @@
 """The out-of-band step's two halves against each other, no lab needed: the REAL lab Redfish
-service (rackready/lab/redfish, in a thread on 127.0.0.1, lab CA, tree built from hwsim's
+service (rackready_lab/redfish, in a thread on 127.0.0.1, lab CA, tree built from hwsim's
 node state) driven by the REAL controller code: the bios module's run() (what the role's
 task calls), the lab's own reset hook and fault kinds, and validate's out-of-band step
 (rackready.steps.oob) judged by the real judge against the lab profiles.
@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 import yaml
 
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.redfish import ca, store
-from rackready.lab.redfish import resources as rf
-from rackready.lab.redfish.faults import apply_fault, heal
-from rackready.lab.redfish.server import BmcService
-from rackready.lab.redfish.tree import build
 from rackready.redfish.client import AuthError, Client, RedfishError
 from rackready.site.bmc import BmcAccess, Secret
 from rackready.site.inventory import Node
 from rackready.site.paths import PROJECT_ROOT
 from rackready.steps import envelope, oob
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.redfish import ca, store
+from rackready_lab.redfish import resources as rf
+from rackready_lab.redfish.faults import apply_fault, heal
+from rackready_lab.redfish.server import BmcService
+from rackready_lab.redfish.tree import build
 from validation.judge import judge
 from validation.model import CheckResult
 from validation.profile import load_profile
@@ -70,12 +70,12 @@ class LabBmc:
 
     # --- the lab's side ------------------------------------------------------------
     def power_cycle(self) -> None:
-        """What lab.reboot's hook does (rackready.lab.redfish.bmc.power_cycle)."""
+        """What lab.reboot's hook does (rackready_lab.redfish.bmc.power_cycle)."""
         with store.locked(self.state_path) as state:
             rf.host_reset(state)
 
     def fault(self, kind: str, target: str | None = None) -> dict[str, Any]:
-        """What `invoke lab.fault` does (rackready.lab.redfish.bmc.fault)."""
+        """What `invoke lab.fault` does (rackready_lab.redfish.bmc.fault)."""
         with store.locked(self.state_path) as state:
             new = apply_fault(state, kind, target)
             state.clear()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rackready.errors import UserError
-from rackready.lab import demo
 from rackready.report.errors import ReportError
+from rackready_lab import demo
 
 
 def rack_dir(tmp_path: Path, nodes: list[dict]) -> Path:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab.hwsim.faults import apply_fault
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.hwsim.sysroot import write_node_state
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab.hwsim.faults import apply_fault
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.hwsim.sysroot import write_node_state
 
 REPO = PROJECT_ROOT
 CAPTURE = Path(__file__).resolve().parents[2] / "fixtures" / "hgx-h200-2gpu"
@@ -29,7 +29,7 @@ CAPTURE = Path(__file__).resolve().parents[2] / "fixtures" / "hgx-h200-2gpu"
 def tool(node: Path, name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, HWSIM_STATE=str(node / "var/lib/hwsim/state.json"),
                HWSIM_MODULES_DIR=str(node / "modules.d"))
-    return subprocess.run([sys.executable, "-m", f"rackready.lab.hwsim.{name}", *args],
+    return subprocess.run([sys.executable, "-m", f"rackready_lab.hwsim.{name}", *args],
                           cwd=REPO, env=env, capture_output=True, text=True, input=stdin)
 
 

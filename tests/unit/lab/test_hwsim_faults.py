@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from rackready.lab.hwsim.faults import FAULT_KINDS, FaultError, apply_fault, heal
-from rackready.lab.hwsim.state import build_state
+from rackready_lab.hwsim.faults import FAULT_KINDS, FaultError, apply_fault, heal
+from rackready_lab.hwsim.state import build_state
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +66,7 @@ def test_heal_keeps_runtime_settings(base: dict) -> None:
 @pytest.mark.parametrize("kind", FAULT_KINDS)
 def test_sysroot_renders_again_over_itself_for_every_fault(tmp_path, kind):
     # lab.fault and lab.heal re-render a node's sysroot in place, many times over
-    from rackready.lab.hwsim.sysroot import write_node_state
+    from rackready_lab.hwsim.sysroot import write_node_state
 
     state = build_state("xe9680-h200", "gpu01", "roce", provisioned=True)
     write_node_state(state, tmp_path)
@@ -81,8 +81,8 @@ def test_controller_update_waits_for_a_node_tool_holding_the_lock(tmp_path, monk
     # both sides take the same lock, so neither update is lost.
     import threading
 
-    from rackready.lab.hwsim.cli.common import locked_state
-    from rackready.lab.hwsim.sysroot import STATE_REL, locked_node_state, write_node_state
+    from rackready_lab.hwsim.cli.common import locked_state
+    from rackready_lab.hwsim.sysroot import STATE_REL, locked_node_state, write_node_state
 
     write_node_state(build_state("xe9680-h200", "n1"), tmp_path)
     monkeypatch.setenv("HWSIM_STATE", str(tmp_path / STATE_REL))
@@ -129,9 +129,9 @@ def test_a_ticking_fault_renders_in_place_as_a_fresh_render_would(tmp_path, monk
     # each stand-in tool call raises the fault's counters and renders the sysroot in place
     # (only the files whose text changed rewritten): the tree is the one a fresh render of
     # the same state writes
-    from rackready.lab.hwsim.cli.common import advance_faults
-    from rackready.lab.hwsim.cli.sysroot_render import render_sysroot
-    from rackready.lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
+    from rackready_lab.hwsim.cli.common import advance_faults
+    from rackready_lab.hwsim.cli.sysroot_render import render_sysroot
+    from rackready_lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
 
     state = apply_fault(build_state("xe9680-h200", "gpu01", "roce", provisioned=True), kind)
     write_node_state(state, tmp_path / "node")
@@ -153,8 +153,8 @@ def test_fabric_manager_log_healthy_then_a_fault_logged_at_the_next_tool_call(tm
     # node's next stand-in call logs them (then at that call's time); heal takes them away
     from datetime import datetime
 
-    from rackready.lab.hwsim.cli.common import advance_faults
-    from rackready.lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
+    from rackready_lab.hwsim.cli.common import advance_faults
+    from rackready_lab.hwsim.sysroot import ROOT_REL, STATE_REL, write_node_state
     from validation.probes.fabricmanager_log import parse_fm_log
 
     healthy = build_state("xe9680-h200", "gpu01", "roce", provisioned=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab.hwsim.packages import build_packages
+from rackready_lab.hwsim.packages import build_packages
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab.hwsim.state import PlatformError, build_state
-from rackready.lab.hwsim.topology import PLATFORMS
+from rackready_lab.hwsim.state import PlatformError, build_state
+from rackready_lab.hwsim.topology import PLATFORMS
 
 CAPTURE = Path(__file__).resolve().parents[2] / "fixtures" / "hgx-h200-2gpu"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rackready.lab.hwsim.faults import apply_fault, heal
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.hwsim.sysroot import ROOT_REL, locked_node_state, write_node_state
+from rackready_lab.hwsim.faults import apply_fault, heal
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.hwsim.sysroot import ROOT_REL, locked_node_state, write_node_state
 
 
 def _ecn(node: Path, netdev: str, point: str = "roce_np", prio: int = 3) -> Path:

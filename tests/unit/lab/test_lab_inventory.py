@@ -1,4 +1,4 @@
-"""The lab's inventory folder as lab.up writes it (rackready.lab.inventory.write), read by
+"""The lab's inventory folder as lab.up writes it (rackready_lab.inventory.write), read by
 Ansible's own inventory loader: it holds the lab's hosts and nothing else. Ansible reads
 every file of an inventory folder as a source; a slurm.conf written there became hosts
 named `SlurmdPidFile=/run/slurmd.pid`."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rackready.lab import config, repo, slurm
-from rackready.lab import inventory as lab_inventory
-from rackready.lab.config import NodeSpec
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.hwsim.sysroot import STATE_REL
+from rackready_lab import config, repo, slurm
+from rackready_lab import inventory as lab_inventory
+from rackready_lab.config import NodeSpec
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.hwsim.sysroot import STATE_REL
 
 ANSIBLE_INVENTORY = str(Path(sys.executable).with_name("ansible-inventory"))
 SPECS = [NodeSpec("lab-gpu01", 1, "xe9680-h200", "roce"),

@@ -1,4 +1,4 @@
-"""A lab node's boot and shutdown (rackready.lab.nodes): a node that never answers SSH
+"""A lab node's boot and shutdown (rackready_lab.nodes): a node that never answers SSH
 fails with what ssh said and the console's last lines, on one line (a test run removes
 the lab and its console log); a node that ends on its own while being stopped is
 stopped, not an error."""
@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from rackready.errors import EnvironmentProblem
-from rackready.lab import nodes
-from rackready.lab.config import NodeSpec
+from rackready_lab import nodes
+from rackready_lab.config import NodeSpec
 
 
 @pytest.fixture

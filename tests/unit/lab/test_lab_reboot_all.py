@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from rackready.errors import EnvironmentProblem
-from rackready.lab import lab
+from rackready_lab import lab
 
 
 def test_the_nodes_reboot_together(monkeypatch):

@@ -1,4 +1,4 @@
-"""The lab BMC (rackready/lab/redfish): a Redfish service over HTTPS, no lab needed.
+"""The lab BMC (rackready_lab/redfish): a Redfish service over HTTPS, no lab needed.
 
 Each test starts the service on 127.0.0.1 (a free port) in a thread, with a tree built
 from a node's hwsim state, and talks to it with urllib trusting only the lab CA.
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.redfish import ca, store
-from rackready.lab.redfish import resources as rf
-from rackready.lab.redfish.faults import FAULT_KINDS, FaultError, apply_fault, heal
-from rackready.lab.redfish.server import BmcService
-from rackready.lab.redfish.tree import build
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.redfish import ca, store
+from rackready_lab.redfish import resources as rf
+from rackready_lab.redfish.faults import FAULT_KINDS, FaultError, apply_fault, heal
+from rackready_lab.redfish.server import BmcService
+from rackready_lab.redfish.tree import build
 
 USER, PASSWORD = "root", "lab-Secret-9f3c1e77"
 
@@ -372,8 +372,8 @@ def test_faults_are_pure_and_heal_restores_hardware() -> None:
 
 
 def test_lab_bmc_addresses_follow_the_nodes() -> None:
-    from rackready.lab import config
-    from rackready.lab.redfish import bmc
+    from rackready_lab import config
+    from rackready_lab.redfish import bmc
 
     spec = config.NodeSpec(config.node_name(2), 2, "xe9680-h200", "roce")
     assert spec.ip.endswith(".12") and bmc.address(spec) == "127.0.1.12"

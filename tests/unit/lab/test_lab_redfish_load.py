@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from test_lab_redfish import PASSWORD, USER, Bmc  # the lab BMC's own test harness
 
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.redfish import envelope, server, store
-from rackready.lab.redfish import load as lo
-from rackready.lab.redfish import resources as rf
-from rackready.lab.redfish.faults import apply_fault, heal
-from rackready.lab.redfish.tree import build
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.redfish import envelope, server, store
+from rackready_lab.redfish import load as lo
+from rackready_lab.redfish import resources as rf
+from rackready_lab.redfish.faults import apply_fault, heal
+from rackready_lab.redfish.tree import build
 
 PLATFORMS = {"dell": "xe9680-h200", "hpe": "dl380a-gen12-h200nvl"}
 CHASSIS = {"dell": "/redfish/v1/Chassis/System.Embedded.1",

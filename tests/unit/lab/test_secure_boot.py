@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rackready.lab.hwsim.state import DISTRIBUTION_KEY, build_state
-from rackready.lab.hwsim.sysroot import write_node_state
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab.hwsim.state import DISTRIBUTION_KEY, build_state
+from rackready_lab.hwsim.sysroot import write_node_state
 from tests.unit.roles.test_roles_parsing import render, task
 
 REPO = PROJECT_ROOT
@@ -40,7 +40,7 @@ def env(node: Path) -> dict[str, str]:
 
 
 def tool(node: Path, name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"rackready.lab.hwsim.cli.{name}", *args],
+    return subprocess.run([sys.executable, "-m", f"rackready_lab.hwsim.cli.{name}", *args],
                           cwd=REPO, env=env(node), capture_output=True, text=True, input=stdin)
 
 
@@ -217,7 +217,7 @@ def test_ecc_and_mig_changes_wait_for_the_boot_persistence_does_not(tmp_path):
 
 
 def test_heal_keeps_secure_boot_and_gpu_modes():
-    from rackready.lab.hwsim.faults import apply_fault, heal
+    from rackready_lab.hwsim.faults import apply_fault, heal
 
     s = build_state("xe9680-h200", "sb", secure_boot=True)
     s["secure_boot"]["enrolled_keys"].append({"sha1": "aa", "subject": "CN=x"})
@@ -376,7 +376,7 @@ def test_role_defaults_match_what_validation_expects():
 
 
 def test_lab_mirror_has_mokutil_and_dkms_and_the_driver_builds_through_dkms():
-    from rackready.lab.hwsim.packages import package_specs
+    from rackready_lab.hwsim.packages import package_specs
 
     specs = {p.name: p for p in package_specs()}
     assert specs["mokutil"].tools == {"/usr/bin/mokutil": "cli.mokutil"}

@@ -25,9 +25,9 @@ import pytest
 from fault_expectations import HARDWARE_CHECKS, expected_failure, naming_failures
 from hwsim_node import Node, make_node, run_suite
 
-from rackready.lab.hwsim.faults import FAULT_KINDS, apply_fault
-from rackready.lab.hwsim.state import build_state
 from rackready.site.inventory import provisioned
+from rackready_lab.hwsim.faults import FAULT_KINDS, apply_fault
+from rackready_lab.hwsim.state import build_state
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.integration

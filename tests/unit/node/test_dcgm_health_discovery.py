@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from hwsim_node import make_node, run_suite
 
-from rackready.lab.hwsim.cli.dcgmi import chunks
-from rackready.lab.hwsim.faults import apply_fault
-from rackready.lab.hwsim.state import build_state
 from rackready.site.inventory import provisioned
+from rackready_lab.hwsim.cli.dcgmi import chunks
+from rackready_lab.hwsim.faults import apply_fault
+from rackready_lab.hwsim.state import build_state
 from validation.probes.dcgm_discovery import parse_discovery
 from validation.probes.dcgm_health import parse_health_json, parse_health_text
 from validation.probes.nvidia_smi import ParseError

@@ -210,9 +210,9 @@ def test_remediation_names_the_nic_port_and_cable() -> None:
 
 def _node(tmp_path: Path, kind: str | None = None, target: str | None = None,
           fabric: str = "roce") -> tuple[Path, dict]:
-    from rackready.lab.hwsim.faults import apply_fault
-    from rackready.lab.hwsim.state import build_state
-    from rackready.lab.hwsim.sysroot import write_node_state
+    from rackready_lab.hwsim.faults import apply_fault
+    from rackready_lab.hwsim.state import build_state
+    from rackready_lab.hwsim.sysroot import write_node_state
 
     st = build_state("xe9680-h200", "gpu01", fabric, provisioned=True)
     if kind:
@@ -227,7 +227,7 @@ def _tool(node: Path, module: str, *args: str):
     import sys
 
     env = dict(os.environ, HWSIM_STATE=str(node / "var/lib/hwsim/state.json"))
-    return subprocess.run([sys.executable, "-m", f"rackready.lab.hwsim.cli.{module}", *args],
+    return subprocess.run([sys.executable, "-m", f"rackready_lab.hwsim.cli.{module}", *args],
                           capture_output=True, text=True, env=env, check=False)
 
 
@@ -289,8 +289,8 @@ def test_aer_storm_on_a_nic_fails_naming_the_nic_and_its_peers_pass(tmp_path: Pa
     from hwsim_node import make_node, run_suite
     from test_validation_hwsim import site_for
 
-    from rackready.lab.hwsim.faults import apply_fault
-    from rackready.lab.hwsim.state import build_state
+    from rackready_lab.hwsim.faults import apply_fault
+    from rackready_lab.hwsim.state import build_state
 
     st = apply_fault(build_state("xe9680-h200", "gpu01", "roce", provisioned=True),
                      "aer-storm", "mlx5_3")

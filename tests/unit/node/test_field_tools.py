@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from hwsim_node import make_node, run_suite
 
-from rackready.lab.hwsim.faults import apply_fault
-from rackready.lab.hwsim.state import build_state
 from rackready.site.inventory import provisioned
+from rackready_lab.hwsim.faults import apply_fault
+from rackready_lab.hwsim.state import build_state
 from validation.probes.dcgm import parse_diag_json
 from validation.probes.nvidia_smi import ParseError
 from validation.probes.perftest import parse_bw
@@ -256,7 +256,7 @@ def _nccl_build(node: Any, tmp: Path) -> Path:
     build.mkdir(parents=True)
     for op in OPS:
         f = build / f"{op}_perf"
-        f.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rackready.lab.hwsim.cli.nccl_tests '
+        f.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m rackready_lab.hwsim.cli.nccl_tests '
                      f'{op} "$@"\n')
         f.chmod(0o755)
     return build
@@ -265,7 +265,7 @@ def _nccl_build(node: Any, tmp: Path) -> Path:
 def test_nccl_tests_package_installs_every_op_into_the_roles_default_dir() -> None:
     import yaml
 
-    from rackready.lab.hwsim.packages import package_specs
+    from rackready_lab.hwsim.packages import package_specs
     from validation.workloads.busbw import OPS
 
     (pkg,) = [p for p in package_specs() if p.name == "nccl-tests"]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from hwsim_node import REPO, Node, make_node
 
-from rackready.lab.hwsim.faults import apply_fault
-from rackready.lab.hwsim.state import build_state
+from rackready_lab.hwsim.faults import apply_fault
+from rackready_lab.hwsim.state import build_state
 from validation import budgets, health
 from validation import judge as judge_mod
 from validation.drain import NodeState, parse_show_node, reason, sanitize

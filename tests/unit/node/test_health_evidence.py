@@ -13,7 +13,7 @@ import pytest
 from hwsim_node import Node, make_node
 from test_health import health_cmd
 
-from rackready.lab.hwsim.state import build_state
+from rackready_lab.hwsim.state import build_state
 from validation import textfile
 
 integration = pytest.mark.integration

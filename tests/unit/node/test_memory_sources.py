@@ -392,10 +392,10 @@ def test_dmidecode_garbage_errors_the_dimm_check_never_zero_dimms(tmp_path, monk
 
 
 def test_hwsim_stand_ins_read_back_through_the_parsers():
-    from rackready.lab.hwsim.cli import dmidecode, edac_util, ras_mc_ctl
-    from rackready.lab.hwsim.cli.host_render import smbios_table
-    from rackready.lab.hwsim.faults import apply_fault
-    from rackready.lab.hwsim.state import build_state
+    from rackready_lab.hwsim.cli import dmidecode, edac_util, ras_mc_ctl
+    from rackready_lab.hwsim.cli.host_render import smbios_table
+    from rackready_lab.hwsim.faults import apply_fault
+    from rackready_lab.hwsim.state import build_state
 
     st = build_state("dl380a-gen12-h200nvl", "n1")
     assert parse_dmidecode_memory(dmidecode.memory(st)) == parse_smbios_memory(smbios_table(st))

@@ -13,8 +13,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from rackready.lab import repo
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab import repo
 
 ROOT = PROJECT_ROOT
 REQS = ROOT / "roles/validation_tools/files/node-requirements.txt"
@@ -141,7 +141,7 @@ def test_node_requirements_drops_comments_and_blanks(tmp_path):
     assert repo.node_requirements(f) == ["foo==1.0", "bar==2"]
 
 
-@pytest.mark.parametrize("top", ["roles", "rackready"])
+@pytest.mark.parametrize("top", ["roles", "rackready", "rackready_lab"])
 def test_no_other_list_of_the_requirements(top):
     # A quoted name (optionally with a version) or a YAML list item naming one.
     alt = "|".join(re.escape(n) for n in sorted(names() | {"pyyaml"}))

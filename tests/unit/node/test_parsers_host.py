@@ -247,9 +247,9 @@ def test_smbios_truncated_table_is_a_parse_error():
 
 
 def test_hwsim_smbios_table_reads_back_and_an_empty_slot_shows():
-    from rackready.lab.hwsim.cli.host_render import smbios_table
-    from rackready.lab.hwsim.faults import apply_fault
-    from rackready.lab.hwsim.state import build_state
+    from rackready_lab.hwsim.cli.host_render import smbios_table
+    from rackready_lab.hwsim.faults import apply_fault
+    from rackready_lab.hwsim.state import build_state
 
     st = apply_fault(build_state("dl380a-gen12-h200nvl", "n1"), "dimm-missing", "PROC 2 DIMM 7")
     d = host_memory.parse_smbios_memory(smbios_table(st))

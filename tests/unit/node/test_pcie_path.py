@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from test_checks_gpu import make_ctx, run
 
-from rackready.lab.hwsim import state as hwsim_state
-from rackready.lab.hwsim.cli.pci import pci_devices
+from rackready_lab.hwsim import state as hwsim_state
+from rackready_lab.hwsim.cli.pci import pci_devices
 from validation.checks.pcie import PathDevice, path_measurements
 from validation.judge import judge
 from validation.model import CheckResult, Verdict

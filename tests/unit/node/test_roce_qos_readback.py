@@ -17,11 +17,11 @@ import pytest
 from fault_expectations import naming_failures
 from test_probes_rdma import MLNX_QOS
 
-from rackready.lab.hwsim.faults import apply_fault, heal
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.hwsim.sysroot import locked_node_state, read_node_state, write_node_state
 from rackready.site.inventory import provisioned
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab.hwsim.faults import apply_fault, heal
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.hwsim.sysroot import locked_node_state, read_node_state, write_node_state
 from validation.checks.catalog import all_checks
 from validation.checks.registry import CheckSkipped, Context
 from validation.judge import judge
@@ -94,7 +94,7 @@ class HwsimContext(Context):
     def run(self, cmd, timeout_s=60, artifact=None, ok_codes=(0,)):
         if cmd[0] not in ("ibstat", "mlnx_qos", "mlxconfig"):
             raise CheckSkipped(f"{cmd[0]} not found on this node")
-        p = subprocess.run([sys.executable, "-m", f"rackready.lab.hwsim.cli.{cmd[0]}", *cmd[1:]],
+        p = subprocess.run([sys.executable, "-m", f"rackready_lab.hwsim.cli.{cmd[0]}", *cmd[1:]],
                            capture_output=True, text=True, cwd=ROOT,
                            env={**os.environ, "HWSIM_STATE": str(self.state_file),
                                 "PYTHONPATH": str(ROOT)})

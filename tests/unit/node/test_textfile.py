@@ -1,6 +1,6 @@
 """node_exporter textfile metrics (validation/textfile.py), checked by `promtool check
 metrics` (Debian's `prometheus` package; `invoke test` installs it through
-rackready.lab.testenv.TEST_TOOLS). A missing promtool fails these tests: they are the only
+rackready_lab.testenv.TEST_TOOLS). A missing promtool fails these tests: they are the only
 check that the files would be read by Prometheus at all."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def promtool(text: str) -> subprocess.CompletedProcess[str]:
     tool = shutil.which("promtool")
     if tool is None:
         pytest.fail("promtool not installed: Debian package 'prometheus' "
-                    "(`invoke test` installs it: rackready.lab.testenv.TEST_TOOLS)")
+                    "(`invoke test` installs it: rackready_lab.testenv.TEST_TOOLS)")
     return subprocess.run([tool, "check", "metrics"], input=text, capture_output=True,
                           text=True, timeout=60, check=False)
 

@@ -38,7 +38,7 @@ def role_pins() -> dict[str, str]:
 
 def hwsim_pins() -> dict[str, str]:
     """The stand-in packages' versions, read from the module's source wherever it lives."""
-    (src,) = ROOT.glob("rackready/**/hwsim/packages.py")
+    (src,) = ROOT.glob("rackready*/**/hwsim/packages.py")
     tree = ast.parse(src.read_text())
     return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
             for t in node.targets if isinstance(t, ast.Name)

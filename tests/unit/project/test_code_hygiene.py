@@ -10,7 +10,8 @@ from pathlib import Path
 from rackready.site.paths import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
-TREES = ("rackready", "validation", "roles", "playbooks", "library", "tests", "bench")
+TREES = ("rackready", "rackready_lab", "validation", "roles", "playbooks", "library", "tests",
+         "bench")
 SUFFIXES = {".py", ".yml", ".yaml", ".j2", ".sh", ".json", ".cfg", ".toml"}
 # "issue 17", "(#17)"; not "NVIDIA/open-gpu-kernel-modules issue 1150" (an upstream source)
 ISSUE = re.compile(r"\bissues? \d+\b|\(#\d+\)")

@@ -9,8 +9,8 @@ from fault_expectations import FAULT_FAMILIES, LAB_FAULT_KINDS
 from test_docs_test_ids import CITED, missing_tests
 
 from rackready.decide.rack import RACK_CHECKS
-from rackready.lab.hwsim.faults import FAULT_KINDS
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab.hwsim.faults import FAULT_KINDS
 from validation.checks.catalog import all_checks
 
 ROOT = PROJECT_ROOT

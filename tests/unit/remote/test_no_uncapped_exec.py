@@ -45,7 +45,8 @@ def exec_calls(source: str) -> list[tuple[str, int]]:
 
 
 def _controller_files() -> list[Path]:
-    return [*sorted((ROOT / "rackready").rglob("*.py")), ROOT / "tasks.py"]
+    return [*sorted((ROOT / "rackready").rglob("*.py")),
+            *sorted((ROOT / "rackready_lab").rglob("*.py")), ROOT / "tasks.py"]
 
 
 def test_only_the_pumped_helpers_start_a_remote_command():

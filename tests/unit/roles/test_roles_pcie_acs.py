@@ -16,9 +16,9 @@ from pathlib import Path
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
-from rackready.lab.hwsim.state import build_state
-from rackready.lab.hwsim.sysroot import write_node_state
 from rackready.site.paths import PROJECT_ROOT
+from rackready_lab.hwsim.state import build_state
+from rackready_lab.hwsim.sysroot import write_node_state
 
 ROOT = PROJECT_ROOT
 TEMPLATE = ROOT / "roles/os_baseline/templates/rackready-pcie-acs.sh.j2"
@@ -31,7 +31,7 @@ def shims(bin_dir: Path) -> None:
     (bin_dir / "awk").symlink_to(shutil.which("awk"))
     for tool in ("lspci", "setpci"):
         f = bin_dir / tool
-        f.write_text(f"#!/bin/sh\nexec {sys.executable} -m rackready.lab.hwsim.cli.{tool} \"$@\"\n")
+        f.write_text(f"#!/bin/sh\nexec {sys.executable} -m rackready_lab.hwsim.cli.{tool} \"$@\"\n")
         f.chmod(0o755)
 
 

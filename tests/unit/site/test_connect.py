@@ -23,6 +23,7 @@ from rackready.site import inventory
 from rackready.site.connection import Hop
 from rackready.site.inventory import provisioned
 from rackready.site.paths import PROJECT_ROOT
+from rackready.site.vault import vault_env
 from rackready.steps import validate
 
 ROOT = PROJECT_ROOT
@@ -186,6 +187,28 @@ def test_vaulted_vars_are_decrypted_with_the_password_file(vaulted, monkeypatch)
     monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
     n = inventory.find("gpu01", str(hosts))
     assert (n.user, n.port) == ("admin", 2222)
+
+
+def test_an_inventory_may_name_its_vault_password_file(vaulted, monkeypatch):
+    """rackready_vault_password_file in the plain group_vars/all, relative to the inventory's
+    folder (the lab's inventory names its own so): used when none is configured."""
+    hosts, pw = vaulted
+    all_yml = hosts.parent / "group_vars" / "all.yml"
+    all_yml.write_text("ansible_user: '{{ vault_user }}'\n")
+    assert vault_env(hosts) == {}
+    with pytest.raises(UserError, match="gpu01.yml is vault-encrypted"):
+        inventory.find("gpu01", str(hosts))
+    all_yml.write_text(all_yml.read_text() + "rackready_vault_password_file: ../vault-pass\n")
+    named = vault_env(hosts)["ANSIBLE_VAULT_PASSWORD_FILE"]
+    assert Path(named).resolve() == pw.resolve()
+    assert inventory.find("gpu01", str(hosts)).user == "admin"
+    # a password configured the way Ansible reads it wins over the inventory's
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(pw))
+    assert vault_env(hosts) == {}
+    # a named file that is not there is no password (the refusal says what is missing)
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE")
+    all_yml.write_text("rackready_vault_password_file: /nonexistent/vault-pass\n")
+    assert vault_env(hosts) == {}
 
 
 def test_vault_identity_list_works_too(vaulted, monkeypatch):
@@ -392,8 +415,8 @@ def test_validate_runs_the_suite_through_the_jump_host_with_sudo(tmp_path, monke
 
 
 def test_the_lab_inventory_reads_as_the_admin_through_the_jump_host(tmp_path, monkeypatch):
-    from rackready.lab import config, keys, repo
-    from rackready.lab import inventory as lab_inventory
+    from rackready_lab import config, keys, repo
+    from rackready_lab import inventory as lab_inventory
 
     monkeypatch.setattr(config, "STATE_DIR", tmp_path / "state")
     signing = tmp_path / "signing.asc"
@@ -409,9 +432,13 @@ def test_the_lab_inventory_reads_as_the_admin_through_the_jump_host(tmp_path, mo
     lab_inventory.write_vault(inv / "group_vars" / "all" / "vault.yml")
     assert (inv / "group_vars" / "all" / "vault.yml").read_text().startswith("$ANSIBLE_VAULT")
 
-    with pytest.raises(UserError, match="vault.yml is vault-encrypted"):  # a copy: no password
+    # the inventory names its vault password file (rackready_vault_password_file): read
+    # from anywhere, it opens with it, as a site's would; the product knows no lab path
+    assert inventory.find("lab-gpu01", str(inv / "hosts.yml")).user == "rradmin"
+    moved = config.vault_password_file().rename(tmp_path / "moved-vault-password")
+    with pytest.raises(UserError, match="vault.yml is vault-encrypted"):  # named file gone
         inventory.find("lab-gpu01", str(inv / "hosts.yml"))
-    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(config.vault_password_file()))
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(moved))
     n = inventory.find("lab-gpu01", str(inv / "hosts.yml"))
     jump = config.jump_spec()
     assert (n.user, n.become, n.known_hosts) == ("rradmin", True, str(keys.known_hosts()))

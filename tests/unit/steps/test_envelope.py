@@ -297,7 +297,7 @@ def test_the_report_figure_plots_draw_against_capacity_and_air_against_the_limit
     assert envelope_figure({"bmc": {}}) is None
 
 
-# --- against the lab's own BMC (rackready/lab/redfish), its readings following u ---------
+# --- against the lab's own BMC (rackready_lab/redfish), its readings following u ---------
 
 @pytest.mark.parametrize("vendor,kind,metric,named", [
     ("dell", "fan-fails-under-load", "bmc.fan.health_under_load", "fan"),
@@ -305,7 +305,7 @@ def test_the_report_figure_plots_draw_against_capacity_and_air_against_the_limit
 ])
 def test_a_part_failing_under_load_is_caught_by_the_sampling_alone(tmp_path, vendor, kind,
                                                                    metric, named):
-    from rackready.lab.redfish import store
+    from rackready_lab.redfish import store
     from tests.unit.lab.test_bmc_integration import LabBmc
 
     lab_bmc = LabBmc(tmp_path / vendor, vendor)

@@ -268,7 +268,7 @@ def test_an_inlet_of_900_c_is_refused_and_the_inlet_cannot_pass(dell, certs):
         "intake air (System Board Inlet Temp): 900 C is outside -40..150 C")
 
 
-# --- the lab's own BMC (rackready/lab/redfish) with its fault bmc-nan-reading -----------
+# --- the lab's own BMC (rackready_lab/redfish) with its fault bmc-nan-reading -----------
 
 @pytest.mark.parametrize("vendor", ["dell", "hpe"])
 def test_the_lab_bmc_answering_nan_is_refused_by_name(tmp_path, vendor):

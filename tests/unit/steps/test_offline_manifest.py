@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from rackready.errors import UserError
-from rackready.lab.hwsim import packages as hwsim_packages
 from rackready.site.paths import PROJECT_ROOT
 from rackready.steps import offline_manifest, provision
 from rackready.steps.offline_manifest import Manifest, Source, from_vars, manifest
+from rackready_lab.hwsim import packages as hwsim_packages
 
 ROOT = PROJECT_ROOT
 ROLES = ROOT / "roles"

@@ -48,7 +48,7 @@ def promtool_clean(text: str) -> None:
     tool = shutil.which("promtool")
     if tool is None:
         pytest.fail("promtool not installed: Debian package 'prometheus' "
-                    "(`invoke test` installs it: rackready.lab.testenv.TEST_TOOLS)")
+                    "(`invoke test` installs it: rackready_lab.testenv.TEST_TOOLS)")
     proc = subprocess.run([tool, "check", "metrics"], input=text, capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
