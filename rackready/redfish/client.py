@@ -208,6 +208,10 @@ class Client:
         except Exception as exc:  # noqa: BLE001  a BMC's broken answer is one line, never a trace
             if watch.stop():  # the watchdog's cut reads as any broken read
                 raise self._error(late) from None
+            if isinstance(exc, TimeoutError) and limit < self.timeout:
+                # the socket's own timeout beat the watchdog to the same instant: the cut is
+                # the whole read's deadline, not a BMC silent for its full timeout
+                raise self._error(late) from None
             raise self._failed(exc) from None
         finally:
             watch.stop()

@@ -330,3 +330,24 @@ def test_a_number_json_cannot_hold_never_reaches_bmc_json(tmp_path):
     assert rec["check"]["status"] == "error"
     assert "numbers from the BMC that JSON cannot hold were dropped (the first: " \
            "bmc.envelope.period_s)" in rec["problem"]
+
+
+def test_a_first_answer_slower_than_the_whole_reads_deadline_is_cut_by_it(
+        dell, certs, tmp_path, monkeypatch):
+    """The deadline cuts the first request itself and the socket's timeout, set to what is
+    left of it, fires before the watchdog (a loaded controller: the race the unit tier
+    once lost): the read says the deadline, never that the BMC went unanswered for its
+    5 s timeout. The watchdog is held off here so the socket's timeout always wins."""
+    from rackready.redfish import client as rf_client
+
+    class LateWatchdog(rf_client._Watchdog):
+        def _fire(self) -> None:  # never cuts: the socket's own timeout ends the read
+            return None
+
+    monkeypatch.setattr(rf_client, "_Watchdog", LateWatchdog)
+    dell.delay_s = 1.0
+    rec, took = _in_time(lambda: oob.collect(node("gpu01", dell.address, str(certs[0])),
+                                             timeout=5, baseline_dir=tmp_path,
+                                             deadline_s=0.5), 15)
+    assert rec["check"]["status"] == "error" and took < 3
+    assert "reading the BMC: not done within 0.5 s" in rec["problem"], rec["problem"]
