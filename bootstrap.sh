@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up rackready on a fresh Debian 12 / Ubuntu 22.04+ controller (as root): the Python
+# Sets up rackready on a fresh Debian 12 controller (an Ubuntu controller is untested) (as root): the Python
 # venv in .venv with every dependency. Quiet when it works (one line); when a step fails,
 # the tail of its log and one line saying which step. The Debian packages the lab and the
 # reports need are installed by the tasks that use them (`invoke demo`, `invoke test`).
