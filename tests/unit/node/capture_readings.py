@@ -21,7 +21,8 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+from rackready.site.paths import PROJECT_ROOT as REPO
+
 FIXTURES = REPO / "tests" / "fixtures"
 RECORD = FIXTURES / "capture-readings.json.xz"
 # the fabric manager log prints no year: read as of this date, so the record never moves

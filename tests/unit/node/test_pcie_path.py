@@ -16,6 +16,7 @@ from test_checks_gpu import make_ctx, run
 from rackready_lab.hwsim import state as hwsim_state
 from rackready_lab.hwsim.cli.pci import pci_devices
 from validation.checks.pcie import PathDevice, path_measurements
+from validation.checks.registry import CheckSkipped
 from validation.judge import judge
 from validation.model import CheckResult, Verdict
 from validation.probes.aer import parse_aer
@@ -279,3 +280,28 @@ def test_vm_slice_links_are_the_hypervisors_and_not_measured(tmp_path: Path) -> 
             na = [v for v in judge([result], profile) if v.metric.startswith("pcie.path_")]
             assert {v.outcome for v in na} == {"not_applicable"}
             assert all("bare-metal" in v.message for v in na)
+
+
+def test_no_pci_tree_fails_the_whole_machine_and_leaves_a_slice_unjudged(tmp_path: Path) -> None:
+    """No /sys/bus/pci/devices at all: on the whole machine the check could not run and
+    the node fails; on a VM slice (bare-metal dropped, the fact that makes the limits not
+    applicable) it reports nothing and its limits read not applicable by that need."""
+    full = load_profile("xe9680-h200")
+    for profile, fails in ((full, True), (scope(full, gpus=2), False)):
+        ctx = make_ctx(tmp_path / str(fails), profile=profile)
+        assert not ctx.path("/sys/bus/pci/devices").is_dir()
+        if fails:  # skipped, as the runner records it: a required check that could not run
+            with pytest.raises(CheckSkipped, match="PCIe tree cannot be read") as why:
+                run("pcie.path", ctx)
+            skipped = CheckResult("pcie.path", "skipped", 0.0, (), str(why.value), ("gpu",))
+            bad = [v for v in judge([skipped], profile) if v.outcome == "fail"]
+            assert [v.metric for v in bad] == ["check.status"], bad
+            continue
+        result = run("pcie.path", ctx)
+        judged = judge([result], profile)
+        bad = [v for v in judged if v.outcome == "fail"]
+        if not fails:
+            assert result.status == "ok" and not result.measurements and not bad
+            na = [v for v in judged if v.metric.startswith("pcie.path_")]
+            assert na and all(v.outcome == "not_applicable" and "bare-metal" in v.message
+                              for v in na)

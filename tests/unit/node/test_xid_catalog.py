@@ -90,7 +90,7 @@ def test_an_xid_the_catalog_does_not_list_is_unknown_and_fails():
 
 
 def node(site: dict) -> Node:
-    return Node(name="gpu01", address="10.0.0.1", profile="p", platform="", fabric="ib",
+    return Node(name="gpu01", address="192.0.2.1", profile="p", platform="", fabric="ib",
                 user="ops", port=22, key_file=None, known_hosts=None, sysroot="/", lab=False,
                 validation_site=site)
 
